@@ -1,0 +1,148 @@
+"""The controller converges the VIP on the role it is given, with fake actuators."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from ipaddress import IPv4Address
+from typing import Any
+
+from vipd.actuators.address import Op, plan
+from vipd.controller import Controller, GarpPolicy
+
+
+class FakeAddress:
+    def __init__(self, present: bool = False) -> None:
+        self.present = present
+        self.vip = IPv4Address("10.0.0.100")
+        self.calls: list[str] = []
+
+    def observe(self) -> bool:
+        self.calls.append("observe")
+        return self.present
+
+    def add(self) -> None:
+        self.calls.append("add")
+        self.present = True
+
+    def remove(self) -> bool:
+        self.calls.append("remove")
+        was = self.present
+        self.present = False
+        return was
+
+
+class FakeAnnouncer:
+    def __init__(self) -> None:
+        self.bursts = 0
+        self.singles = 0
+        self.cancels = 0
+
+    def burst(self, loop: asyncio.AbstractEventLoop, repeat: int, interval: float) -> bool:
+        self.bursts += 1
+        return True
+
+    def send_one(self) -> bool:
+        self.singles += 1
+        return True
+
+    def cancel(self) -> None:
+        self.cancels += 1
+
+
+def make(present: bool = False, **garp: Any) -> tuple[Controller, FakeAddress, FakeAnnouncer]:
+    addr, ann = FakeAddress(present), FakeAnnouncer()
+    ctl = Controller(
+        address=addr,
+        announcer=ann,
+        garp=GarpPolicy(**garp),
+        log=logging.getLogger("test"),
+        resync_interval=0.05,
+    )
+    return ctl, addr, ann
+
+
+def test_plan_is_empty_when_converged() -> None:
+    assert plan(True, True) is None
+    assert plan(False, False) is None
+    assert plan(False, True) is Op.ADD
+    assert plan(True, False) is Op.REMOVE
+
+
+def test_takeover_binds_then_announces_and_records_latency() -> None:
+    async def scenario() -> None:
+        ctl, addr, ann = make(delay=0)
+        task = asyncio.create_task(ctl.run())
+        await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        ctl.set_leader(True, loop.time())
+        assert addr.present and ann.bursts == 1
+        assert addr.calls[-1] == "add"
+        (takeover,) = ctl.stats.takeovers
+        assert takeover.bound is not None and takeover.announced is not None
+        assert takeover.decided <= takeover.bound <= takeover.announced
+        ctl.set_leader(False, loop.time())
+        assert not addr.present and ann.cancels >= 1
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_stale_vip_is_removed_at_start() -> None:
+    async def scenario() -> None:
+        ctl, addr, _ = make(present=True)
+        task = asyncio.create_task(ctl.run())
+        await asyncio.sleep(0.02)
+        assert not addr.present
+        assert addr.calls[:2] == ["observe", "remove"]
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_vip_deleted_by_hand_is_re_added_at_resync() -> None:
+    async def scenario() -> None:
+        ctl, addr, ann = make(delay=0)
+        task = asyncio.create_task(ctl.run())
+        ctl.set_leader(True, asyncio.get_running_loop().time())
+        addr.present = False  # someone ran `ip addr del`
+        await asyncio.sleep(0.2)
+        assert addr.present
+        assert ctl.stats.resync_repairs >= 1
+        assert ann.bursts == 2  # re-announced after the repair
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_lower_priority_claim_triggers_a_new_burst_only_while_leader() -> None:
+    async def scenario() -> None:
+        ctl, _, ann = make(delay=0)
+        task = asyncio.create_task(ctl.run())
+        ctl.announce()
+        await asyncio.sleep(0.01)
+        assert ann.bursts == 0
+        ctl.set_leader(True, asyncio.get_running_loop().time())
+        ctl.announce()
+        assert ann.bursts == 2
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_second_burst_after_delay_and_refresh() -> None:
+    async def scenario() -> None:
+        ctl, _, ann = make(delay=0.05, refresh=0.03)
+        task = asyncio.create_task(ctl.run())
+        ctl.set_leader(True, asyncio.get_running_loop().time())
+        await asyncio.sleep(0.2)
+        assert ann.bursts == 2
+        assert ann.singles >= 3
+        ctl.set_leader(False, asyncio.get_running_loop().time())
+        await asyncio.sleep(0.01)
+        singles = ann.singles
+        await asyncio.sleep(0.1)
+        assert ann.singles == singles  # refresh stops with leadership
+        task.cancel()
+
+    asyncio.run(scenario())

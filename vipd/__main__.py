@@ -1,0 +1,7 @@
+"""Entry point for ``python -m vipd``."""
+
+import sys
+
+from vipd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,698 @@
+"""vipd's configuration: one YAML file plus a few environment overrides, validated into
+frozen dataclasses.
+
+What this module does
+    ``load(path)`` reads the file, ``parse(data)`` validates an already-loaded mapping. Both
+    return a `Config` or raise `ConfigError`, whose ``str()`` is one line naming the dotted key,
+    the rule and the offending value::
+
+        election.vrrp.vrid: must be an integer from 1 to 255 (got 300)
+
+    Every value is checked before anything is returned: there is no half-applied config.
+    Unknown keys are errors at every level (a typo must not silently become a default), and so
+    are the keys of features this version does not have yet (``health``, ``ipvs``,
+    ``metrics``, ``election.lease``, ``election.vrrp.vmac``).
+
+What it must not do
+    It is part of the pure core (``docs/architecture.md``): no asyncio, socket, pyroute2, time
+    or subprocess. It does not look at the host: it does not read ``os.environ`` or the
+    hostname by itself (the caller passes ``env`` and ``hostname``), and whether the interface
+    exists or the VIP is already a node address is ``vipd.preflight``'s job.
+
+Environment overrides (for manifests; applied before validation, so they obey the same rules;
+an error caused by one names the variable; an empty variable counts as unset)
+
+    =====================  ======================================  ==========
+    variable               key                                     parsed as
+    =====================  ======================================  ==========
+    VIPD_VIP               vip                                     string
+    VIPD_INTERFACE         interface                               string
+    VIPD_NODE              node                                    string
+    VIPD_VRID              election.vrrp.vrid                      integer
+    VIPD_PRIORITY          election.vrrp.priority                  integer
+    VIPD_ADVERT_INTERVAL   election.vrrp.advert_interval           number
+    VIPD_LOG_FORMAT        log.format                              string
+    =====================  ======================================  ==========
+
+    ``node`` is resolved as: VIPD_NODE, else ``node`` in the file, else NODE_NAME (what a pod
+    gets from the downward API), else the ``hostname`` the caller passed.
+
+Rules and where they come from
+    - ``vip`` is an IP literal, never a DNS name: the control-plane endpoint is baked into the
+      API server's certificates and kubeconfigs (endpoint contract, ``seeds/endpoint-contract-
+      alauda``: "Use an IP address, not a domain name"). It must be a unicast address clients
+      can reach: IPv4 not 0/8, loopback, link-local, multicast or 240/4; IPv6 global unicast
+      (2000::/3) or unique local (fc00::/7).
+    - VRID 1..255 (RFC 9568 §5.2.3, RFC 3768 §5.3.3). Priority 1..254: 255 belongs to the
+      address owner and 0 means "resigning" (RFC 9568 §5.2.4); vipd is never the owner because
+      the VIP must not be a node address.
+    - Advertisement interval: VRRPv3 carries centiseconds in 12 bits, so 0.01..40.95 s in
+      10 ms steps (RFC 9568 §5.2.7); VRRPv2 carries whole seconds in 8 bits, 1..255 s
+      (RFC 3768 §5.3.7), and keepalived drops v2 adverts whose interval differs from its own.
+    - VRRPv2 is IPv4 only (RFC 3768). ``auth_pass`` is the v2 "simple text password" that
+      keepalived still speaks (auth type 1, 8 bytes NUL padded); v3 has no authentication.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
+from typing import Any, Literal, NoReturn, TypeGuard, cast
+
+import yaml
+
+__all__ = [
+    "ENV_OVERRIDES",
+    "Config",
+    "ConfigError",
+    "Election",
+    "Garp",
+    "Log",
+    "Vrrp",
+    "load",
+    "parse",
+]
+
+IPAddress = IPv4Address | IPv6Address
+LogFormat = Literal["logfmt", "json"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+# variable -> (dotted key, kind). The kind decides how the string is converted before the
+# normal validation runs; a string that doesn't convert is kept, so the error is the key's
+# ordinary type error, with the variable named.
+ENV_OVERRIDES: Mapping[str, tuple[str, Literal["str", "int", "float"]]] = {
+    "VIPD_VIP": ("vip", "str"),
+    "VIPD_INTERFACE": ("interface", "str"),
+    "VIPD_NODE": ("node", "str"),
+    "VIPD_VRID": ("election.vrrp.vrid", "int"),
+    "VIPD_PRIORITY": ("election.vrrp.priority", "int"),
+    "VIPD_ADVERT_INTERVAL": ("election.vrrp.advert_interval", "float"),
+    "VIPD_LOG_FORMAT": ("log.format", "str"),
+}
+
+# Keys of features that are designed (shared/design.md) but not built. They are rejected like
+# any unknown key, with a hint, so that nobody believes a health gate or IPVS is running.
+_NOT_IMPLEMENTED = frozenset({"health", "ipvs", "metrics", "election.lease", "election.vrrp.vmac"})
+
+
+class _Unset:
+    """Marker for "no offending value to show" (None is a legitimate value: YAML null)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+class ConfigError(Exception):
+    """A configuration that vipd refuses to run with. ``str()`` is a single line.
+
+    ``key`` is the dotted path (``election.vrrp.vrid``, ``election.vrrp.unicast_peers[1]``;
+    empty for a problem with the file as a whole), ``rule`` what the value must be, ``got``
+    the offending value when there is one, ``source`` the environment variable (or
+    ``"hostname"``) the value came from, and ``file``/``line`` where a file-level problem is.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        rule: str,
+        got: object = _UNSET,
+        *,
+        source: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.key = key
+        self.rule = rule
+        self.got = got
+        self.source = source
+        self.file = file
+        self.line = line
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        head = self.key or "config"
+        if self.source:
+            head = f"{head} (from {self.source})"
+        if self.file is not None:
+            where = self.file if self.line is None else f"{self.file}:{self.line}"
+            head = where if not self.key else f"{where}: {head}"
+        text = f"{head}: {self.rule}"
+        if not isinstance(self.got, _Unset):
+            text += f" (got {_show(self.got)})"
+        # one line, always: YAML problem texts and odd values can carry newlines
+        return " ".join(text.split())
+
+    def __str__(self) -> str:
+        return self._render()
+
+
+def _show(value: object) -> str:
+    """Render a value the way it would be written in YAML/JSON, shortened."""
+    if isinstance(value, _Secret):
+        return str(value)
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # e.g. a float NaN inside a container
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Secret:
+    """Stands in for a password in an error message: show its length, never its text."""
+
+    def __init__(self, text: str) -> None:
+        self.length = len(text)
+
+    def __str__(self) -> str:
+        return f"{self.length} characters, not shown"
+
+
+# -- the result ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Vrrp:
+    vrid: int
+    priority: int = 100
+    advert_interval: float = 1.0  # seconds
+    version: Literal[2, 3] = 3
+    preempt: bool = True
+    preempt_delay: float = 0.0  # seconds
+    unicast_peers: tuple[IPAddress, ...] = ()  # empty: multicast to 224.0.0.18 / ff02::12
+    auth_pass: str | None = None  # VRRPv2 simple password (auth type 1)
+
+    @property
+    def advert_interval_cs(self) -> int:
+        """The interval in centiseconds, the unit of the VRRPv3 header and vipd's timers."""
+        return round(self.advert_interval * 100)
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    mode: Literal["vrrp"]  # "lease" is designed, not built: parse() refuses it
+    vrrp: Vrrp
+
+
+@dataclass(frozen=True, slots=True)
+class Garp:
+    repeat: int = 5  # frames per burst (keepalived's garp_master_repeat)
+    interval: float = 0.01  # seconds between the frames of a burst
+    refresh: float = 0.0  # seconds between re-announcements while active; 0 = off
+    delay: float = 5.0  # seconds until the second burst; 0 = none (garp_master_delay)
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    format: LogFormat = "logfmt"
+    level: LogLevel = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    node: str
+    vip: IPAddress
+    interface: str | None  # None: vipd.preflight picks the interface holding the VIP's subnet
+    election: Election
+    garp: Garp = Garp()
+    log: Log = Log()
+
+
+# -- entry points ----------------------------------------------------------------------------
+
+
+def load(path: str, env: Mapping[str, str] | None = None, hostname: str | None = None) -> Config:
+    """Read and validate the YAML file at ``path``; see `parse` for ``env`` and ``hostname``.
+
+    An unreadable file, a YAML syntax error or a key written twice in one mapping (which plain
+    YAML loaders resolve silently, last one wins) is a `ConfigError` naming the file and line.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError("", f"cannot read the config file: {reason}", file=path) from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: safe
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = e.problem or e.context or "invalid YAML"
+        raise ConfigError("", f"invalid YAML: {problem}", file=path, line=line) from None
+    except yaml.YAMLError as e:
+        raise ConfigError("", f"invalid YAML: {e}", file=path) from None
+    return parse(data, env, hostname)
+
+
+def parse(
+    data: object, env: Mapping[str, str] | None = None, hostname: str | None = None
+) -> Config:
+    """Validate already-loaded config data (a mapping, or None for an empty file).
+
+    ``env`` holds the environment to take overrides from (see the module docstring); the
+    caller passes ``os.environ`` or nothing, this module never reads it. ``hostname`` is the
+    last fallback for ``node``; the caller passes ``socket.gethostname()`` or nothing.
+    """
+    env = env or {}
+    if data is None:
+        data = {}  # an empty file: everything may still come from the environment
+    if not isinstance(data, Mapping):
+        raise ConfigError("", f"must be a mapping of keys to values, not a {_kind(data)}")
+    data, sources = _apply_env(data, env)
+    return _Validator(sources).config(data, env, hostname)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` then overriding a key is the point of merge keys
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key; the base class reports that
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is written twice (first on line {first})",
+                    key_node.start_mark,
+                )  # fmt: skip
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+# -- environment overrides -------------------------------------------------------------------
+
+
+def _apply_env(
+    data: Mapping[Any, Any], env: Mapping[str, str]
+) -> tuple[Mapping[Any, Any], dict[str, str]]:
+    """Return ``data`` with the overrides set (copy-on-write) and key -> variable sources."""
+    out: dict[Any, Any] = dict(data)
+    sources: dict[str, str] = {}
+    for var, (key, kind) in ENV_OVERRIDES.items():
+        raw = env.get(var, "")
+        if raw == "":
+            continue
+        if _set_path(out, key.split("."), _convert(raw, kind)):
+            sources[key] = var
+    return out, sources
+
+
+def _convert(raw: str, kind: str) -> object:
+    text = raw.strip()
+    if kind == "int" and re.fullmatch(r"[+-]?[0-9]+", text):
+        return int(text)
+    if kind == "float":
+        try:
+            value = float(text)
+        except ValueError:
+            return raw
+        return int(value) if re.fullmatch(r"[+-]?[0-9]+", text) else value
+    return raw if kind != "str" else text
+
+
+def _set_path(root: dict[Any, Any], parts: list[str], value: object) -> bool:
+    """Set root[p0][p1]... = value, copying the nested dicts on the way (the caller's data is
+    never modified). A missing or null section is created; a section of the wrong type is left
+    alone (validation reports it) and False is returned."""
+    node = root
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = {}
+        elif isinstance(child, Mapping):
+            child = dict(child)
+        else:
+            return False
+        node[part] = child
+        node = child
+    node[parts[-1]] = value
+    return True
+
+
+# -- validation ------------------------------------------------------------------------------
+
+_HOSTNAME_LIKE = re.compile(
+    r"(?=.*[A-Za-z_])[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
+    r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?"
+)
+_V4_THIS_NETWORK = IPv4Network("0.0.0.0/8")
+_V4_RESERVED = IPv4Network("240.0.0.0/4")  # includes 255.255.255.255, the limited broadcast
+_V6_GLOBAL_UNICAST = IPv6Network("2000::/3")
+_V6_UNIQUE_LOCAL = IPv6Network("fc00::/7")
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, list | tuple):
+        return "list"
+    return type(value).__name__
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)  # YAML true is not 1
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    # .nan and .inf are floats in YAML; neither is a duration
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+class _Validator:
+    def __init__(self, sources: Mapping[str, str]) -> None:
+        self.sources = dict(sources)
+
+    def fail(self, key: str, rule: str, got: object = _UNSET) -> NoReturn:
+        raise ConfigError(key, rule, got, source=self.sources.get(key))
+
+    # -- structure --
+
+    def section(self, key: str, value: object, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+        """A mapping with only ``allowed`` keys; null (an empty YAML section) is empty."""
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.fail(
+                key or "config", f"must be a mapping with the keys {', '.join(allowed)}", value
+            )
+        for k in value:
+            if not isinstance(k, str):
+                self.fail(_join(key, str(k)), "keys must be strings", k)
+            if k not in allowed:
+                full = _join(key, k)
+                hint = " (not implemented in this version)" if full in _NOT_IMPLEMENTED else ""
+                self.fail(full, f"unknown key{hint}; allowed here: {', '.join(sorted(allowed))}")
+        return value
+
+    def integer(self, key: str, value: object, lo: int, hi: int, extra: str = "") -> int:
+        if not _is_int(value) or not lo <= value <= hi:
+            self.fail(key, f"must be an integer from {lo} to {hi}{extra}", value)
+        return value
+
+    def number(
+        self, key: str, value: object, rule: str, ok: Callable[[float], bool] = lambda _: True
+    ) -> float:
+        """A finite int or float for which ``ok`` holds; the error shows the value as written."""
+        if not _is_number(value) or not ok(value):
+            self.fail(key, rule, value)
+        return float(value)
+
+    def choice(self, key: str, value: object, allowed: tuple[str, ...]) -> str:
+        if value not in allowed or not isinstance(value, str):
+            self.fail(key, "must be one of " + ", ".join(f'"{a}"' for a in allowed), value)
+        return value
+
+    # -- the document --
+
+    def config(
+        self, data: Mapping[str, Any], env: Mapping[str, str], hostname: str | None
+    ) -> Config:
+        top = self.section("", data, ("node", "vip", "interface", "election", "garp", "log"))
+        vip = self.vip(top.get("vip"))
+        interface = self.interface(top.get("interface"))
+        node = self.node(top.get("node"), env, hostname)
+        election = self.election(top.get("election"), vip)
+        garp = self.garp(top.get("garp"))
+        log = self.log(top.get("log"))
+        return Config(
+            node=node, vip=vip, interface=interface, election=election, garp=garp, log=log
+        )
+
+    def node(self, value: object, env: Mapping[str, str], hostname: str | None) -> str:
+        if value is None and env.get("NODE_NAME"):
+            value, self.sources["node"] = env["NODE_NAME"], "NODE_NAME"
+        if value is None and hostname:
+            value, self.sources["node"] = hostname, "hostname"
+        if value is None:
+            self.fail("node", "is not set: set node in the file, or VIPD_NODE or NODE_NAME")
+        # Names go into logs, metrics labels and (later) the Lease holder identity; Kubernetes
+        # node names are DNS-1123 subdomains, which this allows and a little more (hostnames).
+        if not isinstance(value, str) or not re.fullmatch(r"[^\s/]{1,253}", value):
+            self.fail("node", "must be a name of 1 to 253 characters without spaces or '/'", value)
+        return value
+
+    def vip(self, value: object) -> IPAddress:
+        if value is None:
+            self.fail("vip", "is required: the control-plane endpoint address (or set VIPD_VIP)")
+        ip = self.ip_literal("vip", value, what="the VIP")
+        problem = _vip_problem(ip)
+        if problem:
+            self.fail("vip", problem, value)
+        return ip
+
+    def ip_literal(self, key: str, value: object, what: str) -> IPAddress:
+        if not isinstance(value, str):
+            self.fail(key, "must be an IP address literal written as a string", value)
+        text = value.strip()
+        if "/" in text:
+            self.fail(key, "must be a single address, without a prefix length", value)
+        if "%" in text:
+            self.fail(key, "must not carry an IPv6 zone (%interface)", value)
+        try:
+            ip = ip_address(text)
+        except ValueError:
+            if key == "vip" and _HOSTNAME_LIKE.fullmatch(text):
+                self.fail(
+                    key,
+                    "must be an IP address literal, not a DNS name: the control-plane endpoint "
+                    "is baked into the API server's certificates",
+                    value,
+                )
+            self.fail(key, f"must be an IP address literal ({what})", value)
+        if isinstance(ip, IPv6Address) and ip.ipv4_mapped is not None:
+            self.fail(
+                key, "must be written in IPv4 form, not as an IPv4-mapped IPv6 address", value
+            )
+        return ip
+
+    def interface(self, value: object) -> str | None:
+        if value is None:
+            return None
+        # the kernel's dev_valid_name(): < IFNAMSIZ (16) bytes, no '/', ':' or whitespace
+        if (
+            not isinstance(value, str)
+            or not re.fullmatch(r"[^\s/:]{1,15}", value)
+            or value in {".", ".."}
+            or len(value.encode()) > 15
+        ):
+            self.fail(
+                "interface",
+                "must be a Linux interface name (1 to 15 characters, no '/', ':' or spaces), "
+                "or null to auto-detect",
+                value,
+            )
+        return value
+
+    def election(self, value: object, vip: IPAddress) -> Election:
+        sec = self.section("election", value, ("mode", "vrrp"))
+        mode = sec.get("mode", "vrrp")
+        if mode == "lease":
+            self.fail("election.mode", '"lease" is not available in this version; use "vrrp"')
+        if mode != "vrrp":
+            self.fail("election.mode", 'must be "vrrp" ("lease" is not available yet)', mode)
+        return Election(mode="vrrp", vrrp=self.vrrp(sec.get("vrrp"), vip))
+
+    def vrrp(self, value: object, vip: IPAddress) -> Vrrp:
+        p = "election.vrrp"
+        sec = self.section(
+            p,
+            value,
+            ("vrid", "priority", "advert_interval", "version", "preempt", "preempt_delay",
+             "unicast_peers", "auth_pass"),
+        )  # fmt: skip
+        if sec.get("vrid") is None:
+            self.fail(
+                f"{p}.vrid",
+                "is required: the virtual router ID, 1 to 255, unique on the layer-2 network "
+                "(or set VIPD_VRID)",
+            )
+        vrid = self.integer(f"{p}.vrid", sec["vrid"], 1, 255)
+
+        raw_priority = sec.get("priority", 100)
+        priority = self.integer(
+            f"{p}.priority",
+            raw_priority,
+            1,
+            254,
+            "; 255 is reserved for the router that owns the address (RFC 9568 §5.2.4), and a "
+            "VIP must not be a node address"
+            if raw_priority == 255 and _is_int(raw_priority)
+            else "",
+        )
+
+        version = sec.get("version", 3)
+        if not _is_int(version) or version not in (2, 3):
+            self.fail(f"{p}.version", "must be 2 or 3", version)
+        if version == 2 and isinstance(vip, IPv6Address):
+            self.fail(f"{p}.version", "must be 3 with an IPv6 VIP: VRRPv2 has no IPv6", version)
+
+        advert_interval = self.advert_interval(f"{p}.advert_interval", sec, version)
+
+        preempt = sec.get("preempt", True)
+        if not isinstance(preempt, bool):
+            self.fail(f"{p}.preempt", "must be true or false", preempt)
+        preempt_delay = self.number(
+            f"{p}.preempt_delay",
+            sec.get("preempt_delay", 0.0),
+            "must be a number of seconds from 0 to 1000",
+            lambda v: 0 <= v <= 1000,
+        )
+        if preempt_delay and not preempt:
+            # keepalived ignores it then; a setting that does nothing is a mistake to point out
+            self.fail(
+                f"{p}.preempt_delay", "has no effect with preempt: false; remove it", preempt_delay
+            )
+
+        peers = self.unicast_peers(f"{p}.unicast_peers", sec.get("unicast_peers", []), vip)
+        auth_pass = self.auth_pass(f"{p}.auth_pass", sec.get("auth_pass"), version)
+        return Vrrp(
+            vrid=vrid,
+            priority=priority,
+            advert_interval=advert_interval,
+            version=2 if version == 2 else 3,
+            preempt=preempt,
+            preempt_delay=preempt_delay,
+            unicast_peers=peers,
+            auth_pass=auth_pass,
+        )
+
+    def advert_interval(self, key: str, sec: Mapping[str, Any], version: int) -> float:
+        value = sec.get("advert_interval", 1.0)
+        if version == 2:
+            rule = "must be a whole number of seconds from 1 to 255 with version 2"
+            if not _is_number(value) or value != int(value) or not 1 <= value <= 255:
+                self.fail(key, rule, value)
+            return float(value)
+        rule = (
+            "must be a number of seconds from 0.01 to 40.95 in steps of 0.01 "
+            "(VRRPv3 counts centiseconds)"
+        )
+        if not _is_number(value):
+            self.fail(key, rule, value)
+        cs = float(value) * 100
+        if abs(cs - round(cs)) > 1e-6 or not 1 <= round(cs) <= 4095:
+            self.fail(key, rule, value)
+        return round(cs) / 100  # 0.1 stays 0.1, not 0.1 * 100 / 100 noise
+
+    def unicast_peers(self, key: str, value: object, vip: IPAddress) -> tuple[IPAddress, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            self.fail(key, "must be a list of IP addresses (empty for multicast)", value)
+        family = "IPv4" if isinstance(vip, IPv4Address) else "IPv6"
+        peers: list[IPAddress] = []
+        for i, item in enumerate(value):
+            k = f"{key}[{i}]"
+            ip = self.ip_literal(k, item, what="a peer's address")
+            if ip.version != vip.version:
+                self.fail(k, f"must be an {family} address, the family of the VIP", item)
+            if ip == vip:
+                self.fail(
+                    k, "must not be the VIP itself: list the other nodes' own addresses", item
+                )
+            if ip.is_unspecified or ip.is_loopback or ip.is_multicast or ip in _V4_RESERVED:
+                self.fail(k, "must be a unicast address of another node", item)
+            if ip in peers:
+                self.fail(k, f"is listed twice (first as {key}[{peers.index(ip)}])", item)
+            peers.append(ip)
+        return tuple(peers)
+
+    def auth_pass(self, key: str, value: object, version: int) -> str | None:
+        if value is None:
+            return None
+        if version != 2:
+            self.fail(
+                key,
+                "is only used with version: 2 (VRRPv3 has no authentication); "
+                "remove it or set version: 2",
+            )
+        if not isinstance(value, str):
+            self.fail(key, "must be a string (quote it in YAML)", _Secret(str(value)))
+        if not re.fullmatch(r"[\x20-\x7e]{1,8}", value):
+            # keepalived truncates longer passwords to 8 bytes; refusing is clearer than that
+            self.fail(key, "must be 1 to 8 printable ASCII characters", _Secret(value))
+        return value
+
+    def garp(self, value: object) -> Garp:
+        p = "garp"
+        sec = self.section(p, value, ("repeat", "interval", "refresh", "delay"))
+        repeat = self.integer(f"{p}.repeat", sec.get("repeat", 5), 1, 100)
+        interval = self.number(
+            f"{p}.interval",
+            sec.get("interval", 0.01),
+            "must be a number of seconds from 0 to 1",
+            lambda v: 0 <= v <= 1,
+        )
+        refresh = self.number(
+            f"{p}.refresh",
+            sec.get("refresh", 0.0),
+            "must be 0 (off) or a number of seconds from 1 to 86400",
+            lambda v: v == 0 or 1 <= v <= 86400,
+        )
+        delay = self.number(
+            f"{p}.delay",
+            sec.get("delay", 5.0),
+            "must be 0 (no second burst) or a number of seconds up to 3600",
+            lambda v: 0 <= v <= 3600,
+        )
+        return Garp(repeat=repeat, interval=interval, refresh=refresh, delay=delay)
+
+    def log(self, value: object) -> Log:
+        sec = self.section("log", value, ("format", "level"))
+        fmt = self.choice("log.format", sec.get("format", "logfmt"), ("logfmt", "json"))
+        level = self.choice(
+            "log.level", sec.get("level", "info"), ("debug", "info", "warning", "error")
+        )
+        return Log(format=cast(LogFormat, fmt), level=cast(LogLevel, level))
+
+
+def _vip_problem(ip: IPAddress) -> str | None:
+    """Why ``ip`` can't be a VIP that clients on other hosts reach, or None."""
+    if isinstance(ip, IPv4Address):
+        if ip in _V4_THIS_NETWORK:
+            return 'must not be in 0.0.0.0/8, which means "this host" and is never a destination'
+        if ip.is_loopback:
+            return "must not be a loopback address: clients on other hosts must reach it"
+        if ip.is_link_local:
+            return "must not be a link-local address (169.254.0.0/16): it is never routed"
+        if ip.is_multicast:
+            return "must not be a multicast address: a VIP is a unicast address of one node"
+        if ip in _V4_RESERVED:
+            return "must not be in 240.0.0.0/4 (reserved, and the broadcast address)"
+        return None
+    if ip in _V6_GLOBAL_UNICAST or ip in _V6_UNIQUE_LOCAL:
+        return None
+    if ip.is_link_local:
+        why = "a link-local address is not reachable from other links and needs a zone"
+    elif ip.is_multicast:
+        why = "a VIP is a unicast address of one node"
+    elif ip.is_loopback or ip.is_unspecified:
+        why = "clients on other hosts must reach it"
+    else:
+        why = "other IPv6 ranges are not unicast addresses a client can reach"
+    return f"must be a global unicast (2000::/3) or unique local (fc00::/7) IPv6 address: {why}"
+
+
+def _join(parent: str, key: str) -> str:
+    return f"{parent}.{key}" if parent else key

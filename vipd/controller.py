@@ -1,0 +1,207 @@
+"""The one place where a role becomes desired state on the host.
+
+What it is: the controller that the election backend tells "leader" or "follower" and that
+keeps the host converged on that: the VIP bound (and announced) on the leader, absent
+everywhere else. A role change is applied at once, in the same turn of the event loop as the
+decision (binding costs one ~15 µs netlink round trip, so there is nothing to gain from
+deferring it); a periodic resync re-observes the host, so a VIP deleted by hand on the leader
+comes back and a VIP left behind on a follower goes away, and a change that failed is retried.
+
+What it must not do: elect (that is the backend's job), or wait on anything slow: it runs on
+the loop that sends adverts (keepalived issues #1653 and #2066 are what happens when VIP work
+delays adverts), so every call it makes is a bounded, non-blocking kernel request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Address(Protocol):
+    @property
+    def vip(self) -> object: ...
+
+    def observe(self) -> bool: ...
+    def add(self) -> None: ...
+    def remove(self) -> bool: ...
+
+
+class Announce(Protocol):
+    def burst(self, loop: asyncio.AbstractEventLoop, repeat: int, interval: float) -> bool: ...
+    def send_one(self) -> bool: ...
+    def cancel(self) -> None: ...
+
+
+@dataclass
+class GarpPolicy:
+    repeat: int = 5
+    interval: float = 0.01
+    delay: float = 5.0
+    refresh: float = 0.0
+
+
+@dataclass
+class Takeover:
+    """Timestamps (time.monotonic(), seconds) of one takeover, for actuation latency."""
+
+    decided: float
+    bound: float | None = None
+    announced: float | None = None
+
+
+@dataclass
+class ControllerStats:
+    reconcile_errors: int = 0
+    vip_added: int = 0
+    vip_removed: int = 0
+    resync_repairs: int = 0
+    takeovers: list[Takeover] = field(default_factory=list)
+
+
+class Controller:
+    """Converges the host on the role it is given."""
+
+    def __init__(
+        self,
+        *,
+        address: Address,
+        announcer: Announce,
+        garp: GarpPolicy,
+        log: logging.Logger,
+        resync_interval: float = 0.5,
+    ) -> None:
+        self.address = address
+        self.announcer = announcer
+        self.garp = garp
+        self.log = log
+        self.resync_interval = resync_interval
+        self.stats = ControllerStats()
+        self.leader = False
+        self.bound = False
+        self._pending_takeover: Takeover | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+        self._retry = asyncio.Event()
+
+    # -- what the election backend calls -------------------------------------------------
+
+    def set_leader(self, leader: bool, decided_at: float) -> None:
+        if leader == self.leader:
+            return
+        self.leader = leader
+        if leader:
+            self._pending_takeover = Takeover(decided=decided_at)
+        else:
+            self._pending_takeover = None
+            self._cancel_timers()
+            self.announcer.cancel()
+        self.reconcile(resync=False)
+
+    def announce(self) -> None:
+        """Re-announce the VIP (a lower-priority node claimed it)."""
+        if self.leader and self.bound:
+            self.announcer.burst(asyncio.get_running_loop(), self.garp.repeat, self.garp.interval)
+
+    # -- convergence ---------------------------------------------------------------------
+
+    def reconcile(self, resync: bool) -> bool:
+        """Converge now; on failure count it, log it, and leave it to the next pass."""
+        try:
+            self._converge(resync)
+        except Exception as exc:
+            self.stats.reconcile_errors += 1
+            self.log.error(
+                "reconcile failed", extra={"fields": {"actuator": "address", "error": exc}}
+            )
+            self._retry.set()
+            return False
+        return True
+
+    async def run(self) -> None:
+        """Resync every ``resync_interval`` (sooner after a failure); runs until cancelled."""
+        # The first pass observes the host: a stale VIP from a crashed run goes away here.
+        self.reconcile(resync=True)
+        while True:
+            try:
+                await asyncio.wait_for(self._retry.wait(), self.resync_interval)
+                # A failed change is retried after a short pause, not in a tight loop.
+                await asyncio.sleep(min(0.1, self.resync_interval))
+            except TimeoutError:
+                pass
+            self._retry.clear()
+            self.reconcile(resync=True)
+
+    def _converge(self, resync: bool) -> None:
+        want = self.leader
+        if resync:
+            present = self.address.observe()
+            if present != want:
+                if present != self.bound:
+                    self.stats.resync_repairs += 1
+                what = "missing while leader: re-adding" if want else "present: removing"
+                self.log.warning(f"VIP {what}", extra={"fields": {"vip": self.address.vip}})
+            self.bound = present
+        if want:
+            if self._pending_takeover is not None or not self.bound:
+                self._bind()
+        elif self.bound or not resync:
+            # On a step-down the VIP goes whatever we believe: removal of an absent VIP is
+            # a no-op, and a stale belief must not leave the VIP on a follower.
+            removed = self.address.remove()
+            if removed or self.bound:
+                self.stats.vip_removed += 1
+                self.log.info("VIP removed", extra={"fields": {"vip": self.address.vip}})
+            self.bound = False
+
+    def _bind(self) -> None:
+        loop = asyncio.get_running_loop()
+        takeover = self._pending_takeover
+        self.address.add()
+        bound = time.monotonic()
+        self.bound = True
+        self.stats.vip_added += 1
+        # The first frame goes out right after the netlink ack, in this same call.
+        self.announcer.burst(loop, self.garp.repeat, self.garp.interval)
+        announced = time.monotonic()
+        self._schedule_followups(loop)
+        fields: dict[str, object] = {"vip": self.address.vip}
+        if takeover is not None:
+            takeover.bound, takeover.announced = bound, announced
+            self.stats.takeovers.append(takeover)
+            self._pending_takeover = None
+            fields["decision_to_bound_ms"] = round((bound - takeover.decided) * 1e3, 3)
+            fields["decision_to_garp_ms"] = round((announced - takeover.decided) * 1e3, 3)
+        self.log.info("VIP bound and announced", extra={"fields": fields})
+
+    def _schedule_followups(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._cancel_timers()
+        if self.garp.delay > 0:
+            self._timers.append(loop.call_later(self.garp.delay, self._second_burst, loop))
+        if self.garp.refresh > 0:
+            self._timers.append(loop.call_later(self.garp.refresh, self._refresh, loop))
+
+    def _second_burst(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.leader and self.bound:
+            self.announcer.burst(loop, self.garp.repeat, self.garp.interval)
+
+    def _refresh(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.leader and self.bound:
+            self.announcer.send_one()
+            self._timers.append(loop.call_later(self.garp.refresh, self._refresh, loop))
+
+    def _cancel_timers(self) -> None:
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+
+    def release(self) -> None:
+        """Remove the VIP now (shutdown and crash path); raises if the kernel refuses."""
+        self.leader = False
+        self._pending_takeover = None
+        self._cancel_timers()
+        self.announcer.cancel()
+        self.address.remove()
+        self.bound = False

@@ -1,0 +1,362 @@
+"""The asyncio shell: runs one VRRP instance for the VIP and shuts it down in order.
+
+What it is: the driver that glues the pure core to the host. It feeds the VRRP state machine
+with time.monotonic() and the adverts from the transport, executes the actions the
+machine returns (send an advert, become leader, step down, re-announce), and hands roles to the
+controller, which converges the VIP. Signal handlers only set an event. On SIGTERM/SIGINT:
+stop electing (priority-0 advert, RFC 9568 §6.4.3 "Shutdown"), remove the VIP, close the
+sockets, exit 0 (each step is one bounded kernel call). On a crash: the same ordered cleanup,
+exit 1.
+
+What it must not do: decide anything itself (``vrrp.state`` decides), decode packets
+(``vrrp.packet``), or let a malformed packet from the wire raise into the loop: every decode
+error is counted by reason and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv6Address
+from typing import Any
+
+from vipd import log as vlog
+from vipd.actuators.address import AddressActuator
+from vipd.actuators.announce import Announcer
+from vipd.config import Config
+from vipd.controller import Controller, GarpPolicy
+from vipd.neighbor import announcement, parse_mac
+from vipd.preflight import Preflight
+from vipd.vrrp import packet, state
+from vipd.vrrp.transport import Datagram, Transport
+
+IPAddress = IPv4Address | IPv6Address
+
+EXIT_OK = 0
+EXIT_CRASH = 1
+
+
+@dataclass
+class VrrpStats:
+    adverts_sent: int = 0
+    adverts_received: int = 0
+    send_errors: int = 0
+    invalid: Counter[str] = field(default_factory=Counter)
+    checksum_forms: Counter[str] = field(default_factory=Counter)
+    transitions: Counter[str] = field(default_factory=Counter)
+    garp_sent: int = 0
+
+
+class VrrpInstance:
+    """One VRID on one interface: transport + state machine + controller."""
+
+    def __init__(self, cfg: Config, pre: Preflight) -> None:
+        self.cfg = cfg
+        self.pre = pre
+        self.log = vlog.get()
+        v = cfg.election.vrrp
+        self.vrrp = v
+        self.source: IPAddress = pre.source
+        self.ifname = pre.link.name
+        self.ifindex = pre.link.index
+        self.stats = VrrpStats()
+        auth = (v.auth_pass or "").encode()
+        self.auth_type = 1 if v.auth_pass else 0
+        self.auth_data = auth.ljust(8, b"\x00")[:8] if auth else b""
+        self.expect = packet.Expectation(
+            version=v.version,
+            vrid=v.vrid,
+            addresses=frozenset({cfg.vip}),
+            auth_type=self.auth_type,
+            auth_data=self.auth_data,
+            interval_cs=v.advert_interval_cs if v.version == 2 else None,
+            unicast_peers=frozenset(pre.unicast_peers),
+        )
+        self.machine = state.Machine(
+            state.Params(
+                version=v.version,
+                priority=v.priority,
+                advert_interval_cs=v.advert_interval_cs,
+                primary_ip=self.source,
+                preempt=v.preempt,
+                preempt_delay=v.preempt_delay,
+            )
+        )
+        self._encoded: dict[int, list[tuple[bytes, IPAddress]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._fatal: asyncio.Future[None] | None = None
+        self.transport: Transport | None = None
+        self.controller: Controller | None = None
+        self.address: AddressActuator | None = None
+        self.announcer: Announcer | None = None
+
+    # -- adverts -------------------------------------------------------------------------
+
+    def _messages(self, priority: int) -> list[tuple[bytes, IPAddress]]:
+        """Encoded adverts per destination; they only change with the priority, so cache."""
+        cached = self._encoded.get(priority)
+        if cached is None:
+            assert self.transport is not None
+            advert = packet.Advert(
+                version=self.vrrp.version,
+                vrid=self.vrrp.vrid,
+                priority=priority,
+                interval_cs=self.vrrp.advert_interval_cs,
+                addresses=(self.cfg.vip,),
+                auth_type=self.auth_type,
+                auth_data=self.auth_data,
+            )
+            cached = [
+                (packet.encode(advert, self.source, dst), dst)
+                for dst in self.transport.destinations
+            ]
+            self._encoded[priority] = cached
+        return cached
+
+    def _send_advert(self, priority: int) -> None:
+        assert self.transport is not None
+        for message, dst in self._messages(priority):
+            try:
+                self.transport.send(message, dst)
+                self.stats.adverts_sent += 1
+            except OSError as exc:
+                # A down link must not stop the loop: the next tick retries.
+                self.stats.send_errors += 1
+                if self.stats.send_errors in (1, 10, 100) or self.stats.send_errors % 1000 == 0:
+                    self.log.warning(
+                        "advert send failed",
+                        extra={
+                            "fields": {"dst": dst, "error": exc, "count": self.stats.send_errors}
+                        },
+                    )
+
+    # -- the machine's actions -----------------------------------------------------------
+
+    def _apply(self, actions: list[state.Action], now: float) -> None:
+        assert self.controller is not None
+        for action in actions:
+            if isinstance(action, state.SendAdvert):
+                self._send_advert(action.priority)
+            elif isinstance(action, state.BecomeActive):
+                self.controller.set_leader(True, now)
+                self._log_transition("active", action.reason)
+            elif isinstance(action, state.BecomeBackup):
+                self.controller.set_leader(False, now)
+                self._log_transition("backup", action.reason)
+            elif isinstance(action, state.Announce):
+                self.controller.announce()
+                self.log.info("re-announcing", extra={"fields": {"reason": action.reason}})
+        self._rearm()
+
+    def _log_transition(self, role: str, reason: str) -> None:
+        self.stats.transitions[role] += 1
+        m = self.machine
+        self.log.info(
+            f"became {role}",
+            extra={
+                "fields": {
+                    "vrid": self.vrrp.vrid,
+                    "reason": reason,
+                    "priority": self.vrrp.priority,
+                    "master": m.master_ip,
+                    "master_priority": m.master_priority,
+                    "master_adver_interval_s": m.master_adver_interval_cs / 100,
+                    "master_down_interval_s": state.master_down_interval(
+                        self.vrrp.version, self.vrrp.priority, m.master_adver_interval_cs
+                    ),
+                }
+            },
+        )
+
+    def _rearm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self.machine.deadline
+        if deadline is not None:
+            # The machine's clock is time.monotonic(), not loop.time(): uvloop's clock has
+            # millisecond resolution and is cached per loop iteration.
+            delay = max(0.0, deadline - time.monotonic())
+            self._timer = asyncio.get_running_loop().call_later(
+                delay, self._guarded, self._on_timer
+            )
+
+    def _guarded(self, fn: Any, *args: Any) -> None:
+        """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            if self._fatal is not None and not self._fatal.done():
+                self._fatal.set_exception(exc)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = time.monotonic()
+        self._apply(self.machine.on_timer(now), now)
+
+    def _on_readable(self) -> None:
+        assert self.transport is not None
+        now = time.monotonic()
+        for item in self.transport.receive():
+            if isinstance(item, packet.DecodeError):
+                self.stats.invalid[item.reason] += 1
+                continue
+            self._on_datagram(item, now)
+
+    def _on_datagram(self, dgram: Datagram, now: float) -> None:
+        try:
+            advert, form = packet.decode(
+                dgram.message, dgram.src, dgram.dst, verify_checksum=not self.transport_v6
+            )
+            packet.check(advert, src=dgram.src, dst=dgram.dst, ttl=dgram.ttl, expect=self.expect)
+        except packet.DecodeError as err:
+            self.stats.invalid[err.reason] += 1
+            if self.stats.invalid[err.reason] in (1, 100) or err.reason == "address-list":
+                self.log.debug(
+                    "advert dropped",
+                    extra={"fields": {"reason": err.reason, "src": dgram.src, "detail": err}},
+                )
+            return
+        self.stats.adverts_received += 1
+        self.stats.checksum_forms[form] += 1
+        actions = self.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs)
+        if actions or self.machine.deadline is not None:
+            self._apply(actions, now)
+
+    @property
+    def transport_v6(self) -> bool:
+        return isinstance(self.source, IPv6Address)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Run until ``stop`` is set (exit 0) or something breaks (exit 1)."""
+        loop = asyncio.get_running_loop()
+        self._fatal = loop.create_future()
+        worker: asyncio.Task[None] | None = None
+        code = EXIT_OK
+        try:
+            mac = parse_mac(self.pre.link.mac)
+            frame = announcement(mac, self.cfg.vip)
+            self.announcer = Announcer(self.ifname, frame, self._count_garp)
+            self.address = AddressActuator(self.ifindex, self.cfg.vip)
+            self.controller = Controller(
+                address=self.address,
+                announcer=self.announcer,
+                garp=GarpPolicy(
+                    repeat=self.cfg.garp.repeat,
+                    interval=self.cfg.garp.interval,
+                    delay=self.cfg.garp.delay,
+                    refresh=self.cfg.garp.refresh,
+                ),
+                log=self.log,
+            )
+            worker = loop.create_task(self.controller.run(), name="controller")
+            self.transport = Transport(
+                ifname=self.ifname,
+                ifindex=self.ifindex,
+                source=self.source,
+                unicast_peers=self.pre.unicast_peers,
+            )
+            loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
+            now = time.monotonic()
+            self._apply(self.machine.start(now), now)
+            self.log.info(
+                "vrrp started",
+                extra={
+                    "fields": {
+                        "node": self.cfg.node,
+                        "vip": self.cfg.vip,
+                        "interface": self.ifname,
+                        "source": self.source,
+                        "vrid": self.vrrp.vrid,
+                        "version": self.vrrp.version,
+                        "priority": self.vrrp.priority,
+                        "advert_interval_s": self.vrrp.advert_interval,
+                        "mode": "unicast" if self.pre.unicast_peers else "multicast",
+                    }
+                },
+            )
+            stopper = loop.create_task(stop.wait(), name="stop-signal")
+            waiters: set[asyncio.Future[Any]] = {stopper, self._fatal, worker}
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            for fut in done:
+                if fut is not stopper and (exc := fut.exception()) is not None:
+                    raise exc
+            if worker in done:
+                raise RuntimeError("the controller stopped unexpectedly")
+        except Exception:
+            self.log.exception("crashed: releasing the VIP and exiting")
+            code = EXIT_CRASH
+        await self._shutdown(worker)
+        return code
+
+    def _count_garp(self, n: int) -> None:
+        self.stats.garp_sent += n
+
+    async def _shutdown(self, worker: asyncio.Task[None] | None) -> None:
+        """Priority 0 first so a backup starts its Skew timer, then the VIP, then sockets."""
+        loop = asyncio.get_running_loop()
+        if self._timer is not None:
+            self._timer.cancel()
+        was_active = self.machine.state is state.State.ACTIVE
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                for action in self.machine.shutdown(time.monotonic()):
+                    if isinstance(action, state.SendAdvert):
+                        self._send_advert(action.priority)
+        if worker is not None:
+            worker.cancel()
+            with contextlib.suppress(BaseException):
+                await worker
+        if self.controller is not None:
+            try:
+                self.controller.release()
+            except Exception as exc:
+                self.log.error("could not remove the VIP", extra={"fields": {"error": exc}})
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(self.transport.fileno())
+            self.transport.close()
+        if self.announcer is not None:
+            self.announcer.close()
+        if self.address is not None:
+            self.address.close()
+        self.log.info(
+            "stopped",
+            extra={
+                "fields": {
+                    "was_active": was_active,
+                    "adverts_sent": self.stats.adverts_sent,
+                    "adverts_received": self.stats.adverts_received,
+                    "invalid": dict(self.stats.invalid),
+                    "garp_sent": self.stats.garp_sent,
+                }
+            },
+        )
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def serve(cfg: Config, pre: Preflight) -> int:
+    stop = asyncio.Event()
+    install_signal_handlers(stop)
+    return await VrrpInstance(cfg, pre).run(stop)
+
+
+def run(cfg: Config, pre: Preflight) -> int:
+    """Run the daemon on uvloop when it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(serve(cfg, pre))
+    return uvloop.run(serve(cfg, pre))

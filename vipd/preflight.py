@@ -1,0 +1,381 @@
+"""Preflight: check a validated `Config` against a snapshot of this node's links and addresses,
+before anything on the host is touched.
+
+What it does
+    `check_host` picks the interface (`resolve_interface`), finds the node's own source
+    address for VRRP adverts on it, and refuses a VIP that is already an address of this node,
+    returning a `Preflight` with human-readable findings for ``vipd check`` and the start-up
+    log. Problems are `vipd.config.ConfigError`: one line naming the key, exit code 2, nothing
+    on the host changed.
+
+What it must not do
+    The checks are pure: they take a `HostView` (plain data) and never read the host
+    themselves, so every rule is tested on hand-made snapshots. The one impure function,
+    `read_host`, is at the bottom and only reads (netlink dumps); it never creates a network
+    namespace or changes an address, even the stale VIP it reports.
+
+Rules and where they come from
+    - The VIP must not be a node address (endpoint contract: "The VIP must not equal any slot
+      address"): a node that owns the address would be the VRRP address owner (priority 255,
+      RFC 9568 §5.2.4), and deleting the VIP on failover would delete the node's own address.
+      The one copy that is not an error is vipd's own leftover from a crash: vipd binds the VIP
+      as /32 (/128) with preferred_lft 0, so the kernel marks it IFA_F_DEPRECATED; such a copy
+      on the chosen interface is reported as ``stale_vip`` and removed at start.
+    - Interface auto-detection matches the VIP's subnet first (the contract's "same Layer-2
+      network as the control-plane interface"), and refuses to guess between several
+      candidates: on multi-NIC nodes the interface must be set explicitly (contract: "a wrong
+      choice cannot be patched afterwards").
+    - Adverts need a source address: IPv4 uses the interface's primary address (RFC 9568
+      §5.1.1.1, keepalived's default); IPv6 uses the interface's link-local address (RFC 9568
+      §5.1.2.1: the source MUST be the link-local address of the interface).
+    - Unicast peers are the other nodes; listing this node's own address would make it send
+      adverts to itself.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Interface, IPv6Address, IPv6Interface, ip_interface
+
+from vipd.config import Config, ConfigError
+
+__all__ = [
+    "IFA_F_DADFAILED",
+    "IFA_F_DEPRECATED",
+    "IFA_F_SECONDARY",
+    "IFA_F_TENTATIVE",
+    "HostAddress",
+    "HostLink",
+    "HostView",
+    "Preflight",
+    "check_host",
+    "read_host",
+    "resolve_interface",
+]
+
+IPAddress = IPv4Address | IPv6Address
+IPInterface = IPv4Interface | IPv6Interface
+
+# linux/if_addr.h
+IFA_F_SECONDARY = 0x01
+IFA_F_DADFAILED = 0x08
+IFA_F_DEPRECATED = 0x20  # preferred lifetime over (vipd adds the VIP with preferred_lft 0)
+IFA_F_TENTATIVE = 0x40  # IPv6 duplicate address detection still running
+# linux/if.h
+IFF_UP = 0x1
+IFF_LOOPBACK = 0x8
+
+
+@dataclass(frozen=True, slots=True)
+class HostAddress:
+    address: IPInterface  # address with its prefix, e.g. 10.0.0.1/24
+    flags: int = 0  # IFA_F_* bits
+
+    @property
+    def ip(self) -> IPAddress:
+        return self.address.ip
+
+    @property
+    def deprecated(self) -> bool:
+        return bool(self.flags & IFA_F_DEPRECATED)
+
+    @property
+    def host_prefix(self) -> bool:
+        """/32 or /128: how vipd binds a VIP (so it adds no subnet route)."""
+        return self.address.network.prefixlen == self.address.max_prefixlen
+
+
+@dataclass(frozen=True, slots=True)
+class HostLink:
+    name: str
+    index: int
+    up: bool  # IFF_UP: administratively up
+    loopback: bool
+    mac: str  # "aa:bb:cc:dd:ee:ff", or "" for links without one
+    addresses: tuple[HostAddress, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    links: tuple[HostLink, ...]
+
+    def link(self, name: str) -> HostLink | None:
+        return next((link for link in self.links if link.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    link: HostLink  # where the VIP goes and adverts are sent
+    source: IPAddress  # the node's primary address on that link: adverts are sent from it
+    findings: tuple[str, ...]  # human-readable, in the order they were found
+    stale_vip: bool  # a copy left by an earlier vipd run is on `link` and must be removed
+    unicast_peers: tuple[IPAddress, ...] = ()  # the configured peers less this node's own
+
+
+# -- the pure checks -------------------------------------------------------------------------
+
+
+def resolve_interface(cfg: Config, host: HostView) -> tuple[HostLink, str]:
+    """Pick the interface for the VIP and say why, or raise `ConfigError` on ``interface``."""
+    vip = cfg.vip
+    family = _family(vip)
+    names = ", ".join(link.name for link in host.links) or "none"
+
+    if cfg.interface is not None:
+        link = host.link(cfg.interface)
+        if link is None:
+            raise ConfigError(
+                "interface", f"no such interface on this node (existing: {names})", cfg.interface
+            )
+        if link.loopback:
+            # a VIP on lo answers only this node, and GARP/VRRP can't go out on it
+            raise ConfigError(
+                "interface",
+                "must not be a loopback interface: the VIP is announced on the LAN",
+                cfg.interface,
+            )
+        return link, f"interface {link.name} set in the config"
+
+    usable = [link for link in host.links if link.up and not link.loopback]
+
+    # 1. the interface holding the VIP's subnet: the VIP is reachable there without routing
+    in_subnet: list[tuple[HostLink, HostAddress]] = []
+    for link in usable:
+        hit = next(
+            (a for a in _own(link.addresses, vip) if _scoped(a.ip) and vip in a.address.network),
+            None,
+        )
+        if hit is not None:
+            in_subnet.append((link, hit))
+    if len(in_subnet) == 1:
+        link, addr = in_subnet[0]
+        return link, (
+            f"interface {link.name} auto-detected: it holds {addr.address}, the subnet of the VIP"
+        )
+    if in_subnet:
+        raise ConfigError(
+            "interface",
+            f"several candidate interfaces ({', '.join(link.name for link, _ in in_subnet)}) "
+            "hold the VIP's subnet: set interface explicitly",
+        )
+
+    # 2. no subnet match: the one interface with a global address of the family, if just one
+    with_global: list[tuple[HostLink, HostAddress]] = []
+    for link in usable:
+        hit = next((a for a in _own(link.addresses, vip) if _scoped(a.ip)), None)
+        if hit is not None:
+            with_global.append((link, hit))
+    if len(with_global) == 1:
+        link, addr = with_global[0]
+        return link, (
+            f"interface {link.name} auto-detected: no interface holds the VIP's subnet, and it "
+            f"is the only up interface with a global {family} address ({addr.address})"
+        )
+    if with_global:
+        raise ConfigError(
+            "interface",
+            f"several candidate interfaces ({', '.join(link.name for link, _ in with_global)}) "
+            f"and none holds the VIP's subnet: set interface explicitly",
+        )
+    raise ConfigError(
+        "interface",
+        f"cannot auto-detect: no up, non-loopback interface has a global {family} address "
+        f"(existing: {names}); set interface explicitly",
+    )
+
+
+def check_host(cfg: Config, host: HostView) -> Preflight:
+    """Check ``cfg`` against ``host``; raise `ConfigError` or return what was decided."""
+    vip = cfg.vip
+    family = _family(vip)
+
+    # The VIP must not be a node address, on any interface. A deprecated /32 (/128) copy looks
+    # like vipd's own leftover; whether it may stay depends on the interface chosen below.
+    leftovers: list[tuple[HostLink, HostAddress]] = []
+    for link in host.links:
+        for a in link.addresses:
+            if a.ip != vip:
+                continue
+            if a.host_prefix and a.deprecated:
+                leftovers.append((link, a))
+            else:
+                raise ConfigError(
+                    "vip",
+                    f"is already an address of this node ({link.name} {a.address}): "
+                    "a VIP must not be a node address",
+                )
+
+    link, reason = resolve_interface(cfg, host)
+    findings = [reason]
+    if not link.up:
+        findings.append(
+            f"interface {link.name} is down (not IFF_UP): the VIP can't be reached there until "
+            "it is up"
+        )
+
+    stale_vip = False
+    for other, a in leftovers:
+        if other.index != link.index:
+            raise ConfigError(
+                "vip",
+                f"is already an address of this node ({other.name} {a.address}, deprecated: "
+                f"probably left by an earlier vipd run on {other.name}; remove it with "
+                f"`ip addr del {a.address} dev {other.name}`): a VIP must not be a node address",
+            )
+        stale_vip = True
+        findings.append(
+            f"a stale VIP from an earlier run ({a.address} on {link.name}) will be removed at start"
+        )
+
+    if isinstance(vip, IPv4Address):
+        for a in link.addresses:
+            net = a.address.network
+            if a.ip.version == 4 and net.prefixlen <= 30 and vip in net:
+                if vip == net.broadcast_address:
+                    raise ConfigError(
+                        "vip", f"is the broadcast address of {link.name}'s subnet {net}", str(vip)
+                    )
+                if vip == net.network_address:
+                    raise ConfigError(
+                        "vip", f"is the network address of {link.name}'s subnet {net}", str(vip)
+                    )
+
+    primary = _primary(link, vip)
+    if primary is None:
+        why = (
+            "a global IPv4 address that is not the VIP"
+            if family == "IPv4"
+            else "an IPv6 link-local address (fe80::/10)"
+        )
+        raise ConfigError(
+            "interface",
+            f"{link.name} has no usable source address for VRRP adverts: it needs {why}",
+        )
+    findings.append(f"VRRP adverts will be sent from {primary.ip} on {link.name}")
+    if primary.flags & IFA_F_TENTATIVE:
+        findings.append(
+            f"{primary.ip} is still tentative (duplicate address detection running): adverts "
+            "can be sent once it completes"
+        )
+
+    if not any(vip in a.address.network for a in _own(link.addresses, vip) if _scoped(a.ip)):
+        findings.append(
+            f"the VIP {vip} is in none of {link.name}'s subnets: clients on that layer-2 "
+            "network need a route to it"
+        )
+    if not link.mac or link.mac == "00:00:00:00:00:00":
+        findings.append(
+            f"{link.name} has no link-layer address: gratuitous ARP / unsolicited NA cannot "
+            "move the VIP there"
+        )
+
+    # One config is shared by every node of a DaemonSet, so it lists every node, this one
+    # included: our own addresses are dropped (and said), not treated as an error.
+    own = {a.ip: (other, a) for other in host.links for a in other.addresses}
+    configured = cfg.election.vrrp.unicast_peers
+    peers = tuple(p for p in configured if p not in own)
+    for peer in configured:
+        if peer in own:
+            other, a = own[peer]
+            findings.append(
+                f"unicast peer {peer} is this node's own address ({other.name} {a.address}): "
+                "skipped"
+            )
+    if configured and not peers:
+        raise ConfigError(
+            "election.vrrp.unicast_peers",
+            "lists only this node's own addresses: add the other nodes",
+            ", ".join(str(p) for p in configured),
+        )
+    if peers:
+        findings.append(f"unicast mode: adverts go to {', '.join(str(p) for p in peers)}")
+
+    return Preflight(
+        link=link,
+        source=primary.ip,
+        findings=tuple(findings),
+        stale_vip=stale_vip,
+        unicast_peers=peers,
+    )
+
+
+def _family(ip: IPAddress) -> str:
+    return "IPv4" if ip.version == 4 else "IPv6"
+
+
+def _own(addresses: Iterable[HostAddress], vip: IPAddress) -> Iterable[HostAddress]:
+    """The node's own addresses of the VIP's family (any copy of the VIP is not one)."""
+    return (a for a in addresses if a.ip.version == vip.version and a.ip != vip)
+
+
+def _scoped(ip: IPAddress) -> bool:
+    """Global scope in the kernel's sense (ULA included): not loopback or link-local. An IPv6
+    link-local subnet (fe80::/64) exists on every link, so it says nothing about the VIP."""
+    return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast)
+
+
+def _primary(link: HostLink, vip: IPAddress) -> HostAddress | None:
+    for a in _own(link.addresses, vip):
+        if isinstance(vip, IPv4Address):
+            # The first non-deprecated global address, as the kernel lists them (primaries
+            # before their secondaries) - what keepalived and `ip route get` would use.
+            if _scoped(a.ip) and not a.deprecated:
+                return a
+        elif a.ip.is_link_local and not a.flags & IFA_F_DADFAILED:
+            return a
+    return None
+
+
+# -- the reader: the only function here that touches the host --------------------------------
+
+
+def read_host(netns: str | None = None) -> HostView:
+    """Dump links and addresses over rtnetlink (in network namespace ``netns`` if given).
+
+    Read-only and needs no privileges. A ``netns`` that doesn't exist is FileNotFoundError;
+    it is never created (pyroute2's IPRoute creates a missing one unless flags=0).
+    """
+    # Imported here so the pure checks above (and their tests) don't load pyroute2.
+    from pyroute2 import IPRoute
+
+    kwargs: dict[str, object] = {} if netns is None else {"netns": netns, "flags": 0}
+    try:
+        ipr = IPRoute(**kwargs)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "no such network namespace", netns) from None
+    with ipr:
+        link_msgs = list(ipr.get_links())
+        addr_msgs = list(ipr.get_addr())
+
+    by_index: dict[int, list[HostAddress]] = {}
+    for msg in addr_msgs:
+        # IPv4: IFA_LOCAL is the address itself; IFA_ADDRESS is the peer on point-to-point
+        # links. IPv6 has only IFA_ADDRESS.
+        text = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
+        if not text:
+            continue
+        # IFA_FLAGS carries all 32 bits; the header's 8-bit field only the low ones
+        flags = msg.get_attr("IFA_FLAGS")
+        by_index.setdefault(int(msg["index"]), []).append(
+            HostAddress(
+                address=ip_interface(f"{text}/{msg['prefixlen']}"),
+                flags=int(msg["flags"] if flags is None else flags),
+            )
+        )
+
+    links = []
+    for msg in link_msgs:
+        index = int(msg["index"])
+        links.append(
+            HostLink(
+                name=str(msg.get_attr("IFLA_IFNAME")),
+                index=index,
+                up=bool(msg["flags"] & IFF_UP),
+                loopback=bool(msg["flags"] & IFF_LOOPBACK),
+                mac=str(msg.get_attr("IFLA_ADDRESS") or "").lower(),
+                addresses=tuple(by_index.get(index, ())),
+            )
+        )
+    return HostView(links=tuple(links))

@@ -1,0 +1,542 @@
+"""The VRRP state machine of one virtual router, as pure data in and data out.
+
+What it is: RFC 9568 §6 (VRRPv3; "Active" is the RFC's new word for "Master") and RFC 3768
+§6 (VRRPv2) for a router that never owns the virtual address (priority 1..254), with the
+behaviour choices of keepalived 2.2.7 where the RFCs leave room. A :class:`Machine` is fed
+three kinds of input: a received advert (:meth:`Machine.on_advert`), the expiry of its single
+timer (:meth:`Machine.on_timer`) and commands from the shell (:meth:`Machine.start`,
+:meth:`Machine.set_priority`, :meth:`Machine.shutdown`). Each call returns a list of actions
+(:class:`SendAdvert`, :class:`BecomeActive`, :class:`BecomeBackup`, :class:`Announce`) that the
+shell performs in order, and leaves :attr:`Machine.deadline` set to the time at which the shell
+must call :meth:`Machine.on_timer` next.
+
+What it must not do: any I/O. No sockets, no netlink, no clock, no asyncio, no logging. Time is
+always passed in as ``now``: float seconds of a monotonic clock. The shell validates adverts
+(``vrrp.packet.check``) before they get here; this module only sees the three fields the state
+machine needs: sender address, priority and advertisement interval.
+
+The rules, with where they come from:
+
+- Timers (RFC 3768 §6.1, RFC 9568 §6.1). v2: ``Skew_Time = (256 - Priority) / 256`` seconds,
+  independent of the interval; ``Master_Down_Interval = 3 * Advertisement_Interval + Skew``.
+  v3: ``Skew_Time = ((256 - Priority) * Master_Adver_Interval) / 256`` and
+  ``Master_Down_Interval = 3 * Master_Adver_Interval + Skew``. ``Priority`` is always OUR
+  (effective) priority. Computed in integer microseconds exactly as keepalived's ``vrrp.h``
+  does, so both implementations put a backup's timer at the same place (truncation < 1 µs).
+- Startup (RFC 9568 §6.4.1, keepalived ``vrrp_init_state``). We are never the address owner,
+  so INITIALIZE always goes to BACKUP and waits a full Master_Down_Interval: a node that boots
+  must not grab the VIP from a running master.
+- BACKUP (RFC 9568 §6.4.2, keepalived ``vrrp_state_backup``). Priority 0 = the master resigned:
+  take over after Skew_Time. Otherwise accept the advert (reset the down timer; v3 also adopts
+  the sender's interval) if preemption is off or the sender's priority is >= ours; else
+  discard it, so our down timer runs out and we preempt. ``preempt_delay`` (keepalived) keeps
+  accepting lower-priority adverts for that long after the first one.
+- Down timer expiry: send one advert FIRST, then become active (keepalived
+  ``vrrp_state_goto_master``): the advert makes the old master drop the VIP before our
+  gratuitous ARPs move the traffic.
+- ACTIVE (RFC 9568 §6.4.3, keepalived ``vrrp_state_master_rx``). Priority 0: advertise at once.
+  Higher priority, or equal priority from a numerically greater address: step down. Lower (or
+  equal from a smaller address): advertise at once (RFC 9568 change #5) and re-announce.
+- Shutdown (RFC 9568 §6.4.3 "Shutdown event"): an active router sends priority 0 so the
+  backups take over after their skew instead of a full down interval.
+
+Reasons. Every transition carries a reason string ``"<label>: <details>"``. The label is one of
+:data:`REASON_LABELS` (stable: use it as a metric label, see :func:`reason_label`); the details
+carry the numbers behind the decision (priorities, intervals, who was seen, how long ago) for
+the log line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from ipaddress import IPv4Address, IPv6Address
+
+IPAddress = IPv4Address | IPv6Address
+
+__all__ = [
+    "REASON_LABELS",
+    "Action",
+    "Announce",
+    "BecomeActive",
+    "BecomeBackup",
+    "IPAddress",
+    "Machine",
+    "Params",
+    "SendAdvert",
+    "State",
+    "master_down_interval",
+    "master_down_interval_us",
+    "reason_label",
+    "skew_time",
+    "skew_time_us",
+]
+
+# How many advert intervals a backup waits before declaring the master down. Fixed by both
+# RFCs; keepalived's non-standard ``down_timer_adverts`` knob is deliberately not offered.
+DOWN_TIMER_ADVERTS = 3
+
+# Stable first words of every reason string (see reason_label()).
+REASON_LABELS = frozenset(
+    {"start", "master-down", "preempted", "shutdown", "lower-priority-advert"}
+)
+
+_US_PER_S = 1_000_000
+_US_PER_CS = 10_000
+
+
+def _check_priority(priority: int, low: int, high: int, what: str = "priority") -> None:
+    # bool is an int subclass; True as a priority is a bug upstream, not priority 1.
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"{what} must be an int (got {priority!r})")
+    if not low <= priority <= high:
+        raise ValueError(f"{what} must be in {low}..{high} (got {priority})")
+
+
+def _check_version(version: int) -> None:
+    if version not in (2, 3):
+        raise ValueError(f"version must be 2 or 3 (got {version!r})")
+
+
+def skew_time_us(version: int, priority: int, master_adver_interval_cs: int) -> int:
+    """Skew_Time in whole microseconds, truncated exactly as keepalived's ``vrrp.h`` does.
+
+    v2 (RFC 3768 §6.1): ``(256 - priority) / 256`` s; the interval is not used.
+    v3 (RFC 9568 §6.1): ``(256 - priority) * interval / 256``, i.e. ``(256-p) * cs * 625 / 16``
+    µs. ``priority`` is the local router's priority (1..255).
+    """
+    _check_version(version)
+    _check_priority(priority, 1, 255)
+    _check_priority(master_adver_interval_cs, 1, 4095 if version == 3 else 25500, "interval_cs")
+    if version == 2:
+        return (256 - priority) * _US_PER_S // 256
+    return (256 - priority) * master_adver_interval_cs * 625 // 16
+
+
+def master_down_interval_us(version: int, priority: int, master_adver_interval_cs: int) -> int:
+    """Master_Down_Interval (RFC 9568: Active_Down_Interval) in whole microseconds."""
+    skew = skew_time_us(version, priority, master_adver_interval_cs)
+    return DOWN_TIMER_ADVERTS * master_adver_interval_cs * _US_PER_CS + skew
+
+
+def skew_time(version: int, priority: int, master_adver_interval_cs: int) -> float:
+    """Skew_Time in seconds (see :func:`skew_time_us`)."""
+    return skew_time_us(version, priority, master_adver_interval_cs) / _US_PER_S
+
+
+def master_down_interval(version: int, priority: int, master_adver_interval_cs: int) -> float:
+    """Master_Down_Interval in seconds: 3 x interval + Skew_Time (v2: the own interval)."""
+    return master_down_interval_us(version, priority, master_adver_interval_cs) / _US_PER_S
+
+
+def _address_greater(a: IPAddress, b: IPAddress) -> bool:
+    # RFC 9568 §6.4.3: compare the addresses as unsigned integers in network byte order,
+    # which is what int() of an ipaddress object is. Mixed families cannot be ranked; the
+    # transport only ever hands us one family per instance.
+    if a.version != b.version:
+        raise ValueError(f"cannot compare {a} with our address {b}: different families")
+    return int(a) > int(b)
+
+
+def reason_label(reason: str) -> str:
+    """The stable label of a reason string (the part before the first colon)."""
+    return reason.split(":", 1)[0]
+
+
+def _fmt_s(seconds: float) -> str:
+    # Six decimals (µs) without trailing zeros: "3.609375", "1", "0.0001".
+    text = f"{seconds:.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+class State(Enum):
+    """RFC 9568 §6.4 states. ACTIVE is RFC 3768's MASTER; the value is usable as a label."""
+
+    INITIALIZE = "initialize"
+    BACKUP = "backup"
+    ACTIVE = "active"
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Configuration of one virtual router on one node.
+
+    ``advert_interval_cs`` is in centiseconds: v3 carries 1..4095 cs on the wire; v2 carries
+    whole seconds, so it must be a multiple of 100 (1..255 s). ``primary_ip`` is the address
+    our adverts are sent from, used for the equal-priority tie-break (RFC 9568 §6.4.3).
+    ``preempt_delay`` (seconds, keepalived's knob) only makes sense with ``preempt``.
+    """
+
+    version: int
+    priority: int
+    advert_interval_cs: int
+    primary_ip: IPAddress
+    preempt: bool = True
+    preempt_delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_version(self.version)
+        # 255 is the address owner, 0 means "resigning": neither is a configured priority here.
+        _check_priority(self.priority, 1, 254)
+        if self.version == 2:
+            _check_priority(self.advert_interval_cs, 100, 25500, "advert_interval_cs")
+            if self.advert_interval_cs % 100:
+                raise ValueError(
+                    "advert_interval_cs must be a multiple of 100 for VRRPv2, whose wire "
+                    f"format carries whole seconds (got {self.advert_interval_cs})"
+                )
+        else:
+            _check_priority(self.advert_interval_cs, 1, 4095, "advert_interval_cs")
+        if not isinstance(self.primary_ip, IPv4Address | IPv6Address):
+            raise TypeError(f"primary_ip must be an IP address (got {self.primary_ip!r})")
+        if not math.isfinite(self.preempt_delay) or self.preempt_delay < 0:
+            raise ValueError(f"preempt_delay must be >= 0 seconds (got {self.preempt_delay!r})")
+        if self.preempt_delay > 0 and not self.preempt:
+            raise ValueError(
+                "preempt_delay needs preempt=True (without preemption it never applies)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SendAdvert:
+    """Send one advertisement carrying ``priority`` (0 = we are resigning)."""
+
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeActive:
+    """We are the active router now: bind the VIP and announce it (after the advert)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeBackup:
+    """We are not active: make sure the VIP is not bound here (also at start: stale copies)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Announce:
+    """Still active, but another router thinks it is too: re-send gratuitous ARP / NA."""
+
+    reason: str
+
+
+Action = SendAdvert | BecomeActive | BecomeBackup | Announce
+
+
+class Machine:
+    """One VRRP virtual router. Not thread-safe; the shell serialises all calls.
+
+    Public attributes (read them, do not assign them):
+
+    - ``state``: :class:`State`.
+    - ``priority``: our effective priority (the configured one until :meth:`set_priority`).
+    - ``deadline``: when the shell must call :meth:`on_timer` (None in INITIALIZE). In BACKUP
+      it is the master-down timer, in ACTIVE the advert timer.
+    - ``master_ip`` / ``master_priority``: who we believe is active (ourselves in ACTIVE;
+      the sender of the last accepted advert in BACKUP; None when unknown).
+    - ``master_adver_interval_cs``: the interval the down timer is based on (v3: learned from
+      the last accepted advert; v2 and in ACTIVE: our own).
+    - ``last_advert_at``: arrival time of the last accepted advert (BACKUP only, else None).
+    - ``state_since``: when the current state was entered.
+    - ``last_reason``: the reason of the last transition or announcement.
+    - ``own_ip_adverts``: adverts ignored because they carried our own source address.
+    """
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self.state = State.INITIALIZE
+        self.priority = params.priority
+        self.deadline: float | None = None
+        self.master_ip: IPAddress | None = None
+        self.master_priority: int | None = None
+        self.master_adver_interval_cs = params.advert_interval_cs
+        self.last_advert_at: float | None = None
+        self.state_since: float | None = None
+        self.last_reason = ""
+        self.own_ip_adverts = 0
+        # BACKUP bookkeeping, kept so the takeover reason can say what happened.
+        self._backup_since = 0.0
+        # A priority-0 advert armed the short (skew) timer: (sender, arrival time).
+        self._released: tuple[IPAddress, float] | None = None
+        # Last lower-priority advert we discarded: (sender, priority, arrival time).
+        self._discarded: tuple[IPAddress, int, float] | None = None
+        # preempt_delay window: started by the first lower-priority advert in this BACKUP
+        # period, cleared by an advert of priority >= ours (keepalived "stop preempt delay").
+        self._preempt_window_start: float | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Machine(v{self.params.version} {self.params.primary_ip} prio {self.priority} "
+            f"{self.state.value} deadline={self.deadline} master={self.master_ip})"
+        )
+
+    # ------------------------------------------------------------------ derived numbers
+
+    @property
+    def skew(self) -> float:
+        """Our current Skew_Time in seconds (own priority, current Master_Adver_Interval)."""
+        return skew_time(self.params.version, self.priority, self.master_adver_interval_cs)
+
+    @property
+    def mdi(self) -> float:
+        """Our current Master_Down_Interval in seconds."""
+        return master_down_interval(
+            self.params.version, self.priority, self.master_adver_interval_cs
+        )
+
+    @property
+    def advert_interval(self) -> float:
+        """Our own advertisement interval in seconds."""
+        return self.params.advert_interval_cs / 100
+
+    def _mdi_text(self) -> str:
+        return (
+            f"MDI {_fmt_s(self.mdi)} s = {DOWN_TIMER_ADVERTS} x "
+            f"{_fmt_s(self.master_adver_interval_cs / 100)} s + skew {_fmt_s(self.skew)} s "
+            f"at our prio {self.priority}"
+        )
+
+    # ------------------------------------------------------------------ commands
+
+    def start(self, now: float) -> list[Action]:
+        """INITIALIZE -> BACKUP; the down timer starts (RFC 9568 §6.4.1, non-owner branch).
+
+        Returns ``[BecomeBackup("start: ...")]`` so the shell removes any VIP left behind by
+        a previous run (keepalived ``remove_residual_vips``) through the same code path as
+        any other demotion. The effective priority is kept across shutdown/start: it is the
+        health gate's to change, not the lifecycle's.
+        """
+        if self.state is not State.INITIALIZE:
+            raise RuntimeError(f"start() called in state {self.state.value}")
+        self.master_adver_interval_cs = self.params.advert_interval_cs
+        self.master_ip = None
+        self.master_priority = None
+        self._enter_backup(now)
+        self.deadline = now + self.mdi
+        reason = f"start: entering backup, waiting {self._mdi_text()}"
+        self.last_reason = reason
+        return [BecomeBackup(reason)]
+
+    def shutdown(self, now: float) -> list[Action]:
+        """Stop: ACTIVE sends priority 0 then drops the VIP; any state ends in INITIALIZE."""
+        was = self.state
+        self.state = State.INITIALIZE
+        self.state_since = now
+        self.deadline = None
+        self.master_ip = None
+        self.master_priority = None
+        self.last_advert_at = None
+        if was is not State.ACTIVE:
+            return []
+        # Priority 0 first so the backups start their (short) skew timer while we are still
+        # tearing down; they take over after Skew_Time instead of a full down interval.
+        reason = "shutdown: sent a priority-0 advert, backups take over after their skew time"
+        self.last_reason = reason
+        return [SendAdvert(0), BecomeBackup(reason)]
+
+    def set_priority(self, now: float, priority: int) -> list[Action]:
+        """Change our effective priority (health gating). 1..254.
+
+        BACKUP: the pending down timer was armed as ``t0 + 3*interval + skew(old)`` (or
+        ``t0 + skew(old)`` after a priority-0 advert); it is moved by ``skew(new) - skew(old)``
+        so it reads as if it had been armed with the new priority. keepalived's
+        ``vrrp_set_effective_priority`` moves it by the down-interval difference, which is
+        the same thing in the normal case; after a priority-0 advert keepalived compares the
+        skew it armed with a full down interval and so adds 3 x interval to a pending
+        release takeover, which we consider a bug and do not copy.
+
+        ACTIVE: keepalived just lets the next periodic advert carry the new priority. We send
+        one at once (and restart the advert timer) so peers see the change within one
+        latency: a preempting backup still waits for its down timer, but its view of the
+        master and the logs stop lagging by up to one interval. One extra packet per
+        priority change; the health checker's rise/fall already debounces changes.
+        """
+        _check_priority(priority, 1, 254)
+        old = self.priority
+        if priority == old:
+            return []
+        if self.state is State.BACKUP and self.deadline is not None:
+            old_skew = self.skew
+            self.priority = priority
+            self.deadline += self.skew - old_skew
+            return []
+        self.priority = priority
+        if self.state is State.ACTIVE:
+            self.master_priority = priority
+            self.deadline = now + self.advert_interval
+            return [SendAdvert(priority)]
+        return []
+
+    # ------------------------------------------------------------------ events
+
+    def on_timer(self, now: float) -> list[Action]:
+        """The deadline passed. Early or stray calls (``now < deadline``) are ignored."""
+        if self.deadline is None or now < self.deadline:
+            return []
+        if self.state is State.ACTIVE:
+            # RFC 9568 §6.4.3: Adver_Timer fired -> send an advert, restart the timer. When
+            # the shell is late we restart from now rather than catching up in a burst.
+            self.deadline = now + self.advert_interval
+            return [SendAdvert(self.priority)]
+        # BACKUP: Master_Down_Timer fired (RFC 9568 §6.4.2) -> become active.
+        reason = f"master-down: {self._down_details(now)}"
+        self.state = State.ACTIVE
+        self.state_since = now
+        self.last_reason = reason
+        self.master_ip = self.params.primary_ip
+        self.master_priority = self.priority
+        self.master_adver_interval_cs = self.params.advert_interval_cs
+        self.last_advert_at = None
+        self._released = None
+        self._discarded = None
+        self._preempt_window_start = None
+        self.deadline = now + self.advert_interval
+        # The advert goes first: it makes the old master (if it is alive and lower) drop
+        # the VIP before the shell binds it here and sends gratuitous ARPs.
+        return [SendAdvert(self.priority), BecomeActive(reason)]
+
+    def on_advert(
+        self, now: float, src: IPAddress, priority: int, interval_cs: int
+    ) -> list[Action]:
+        """A valid advert for our VRID arrived from ``src`` (already checked by the shell).
+
+        ``interval_cs`` is the advert's interval in centiseconds; only v3 uses it (a v2 peer
+        with a different interval is dropped by the packet checks before it gets here).
+        """
+        _check_priority(priority, 0, 255, "advert priority")
+        if self.params.version == 3:
+            _check_priority(interval_cs, 1, 4095, "advert interval_cs")
+        if src == self.params.primary_ip:
+            # Our own multicast looped back, or a misconfigured peer with our address. Either
+            # way it must not take part in the election (it would tie with ourselves).
+            self.own_ip_adverts += 1
+            return []
+        if self.state is State.BACKUP:
+            return self._backup_rx(now, src, priority, interval_cs)
+        if self.state is State.ACTIVE:
+            return self._active_rx(now, src, priority, interval_cs)
+        return []  # INITIALIZE: not participating.
+
+    # ------------------------------------------------------------------ internals
+
+    def _enter_backup(self, now: float) -> None:
+        self.state = State.BACKUP
+        self.state_since = now
+        self._backup_since = now
+        self.last_advert_at = None
+        self._released = None
+        self._discarded = None
+        self._preempt_window_start = None
+
+    def _learn(self, now: float, src: IPAddress, priority: int, interval_cs: int) -> None:
+        # RFC 9568 §6.4.2: v3 sets Master_Adver_Interval from the advert; v2 has no such
+        # variable (the interval must match ours, enforced by the packet checks).
+        if self.params.version == 3:
+            self.master_adver_interval_cs = interval_cs
+        self.master_ip = src
+        self.master_priority = priority
+        self.last_advert_at = now
+        self._released = None
+        self.deadline = now + self.mdi
+
+    def _backup_rx(
+        self, now: float, src: IPAddress, priority: int, interval_cs: int
+    ) -> list[Action]:
+        if priority == 0:
+            # The master resigned: take over after Skew_Time, so the highest-priority backup
+            # (smallest skew) wins without waiting for a down interval. The interval in a
+            # priority-0 advert is not adopted (RFC 9568 §6.4.2, keepalived alike).
+            self._released = (src, now)
+            self.deadline = now + self.skew
+            return []
+        p = self.params
+        if not p.preempt or priority >= self.priority:
+            if priority >= self.priority:
+                self._preempt_window_start = None
+            self._discarded = None
+            self._learn(now, src, priority, interval_cs)
+            return []
+        # Lower priority and we may preempt.
+        if p.preempt_delay > 0:
+            if self._preempt_window_start is None:
+                self._preempt_window_start = now
+            if now < self._preempt_window_start + p.preempt_delay:
+                # Still inside the delay: behave as if preemption were off for now.
+                self._learn(now, src, priority, interval_cs)
+                return []
+        # Discard: the down timer keeps running from the last accepted advert and we
+        # preempt when it fires (keepalived "received lower priority advert - discarding").
+        self._discarded = (src, priority, now)
+        return []
+
+    def _active_rx(
+        self, now: float, src: IPAddress, priority: int, interval_cs: int
+    ) -> list[Action]:
+        own = self.params.primary_ip
+        if priority == 0:
+            # Someone else resigned while we are active (e.g. after a split brain): advertise
+            # at once so the backups, whose skew timers just started, see we are here.
+            self.deadline = now + self.advert_interval
+            return [SendAdvert(self.priority)]
+        if priority > self.priority:
+            why = f"advert from {src} with higher priority {priority}, ours {self.priority}"
+        elif priority == self.priority and _address_greater(src, own):
+            why = (
+                f"advert from {src} with equal priority {priority} and a higher address "
+                f"than ours ({own})"
+            )
+        else:
+            if priority == self.priority:
+                what = f"equal priority {priority} and a lower address than ours ({own})"
+            else:
+                what = f"lower priority {priority}, ours {self.priority}"
+            reason = (
+                f"lower-priority-advert: from {src} with {what}; "
+                "advertised at once to force a new election"
+            )
+            self.last_reason = reason
+            # RFC 9568 §6.4.3 (change #5 from RFC 5798): send an advert immediately so the
+            # other router, which believes it is active, steps down now rather than at our
+            # next periodic advert. Re-announce because it may have moved the traffic.
+            self.deadline = now + self.advert_interval
+            return [SendAdvert(self.priority), Announce(reason)]
+        self._enter_backup(now)
+        self._learn(now, src, priority, interval_cs)
+        reason = f"preempted: {why}; now backup, {self._mdi_text()}"
+        self.last_reason = reason
+        return [BecomeBackup(reason)]
+
+    def _down_details(self, now: float) -> str:
+        """Why the down timer fired, with the numbers (for BecomeActive's reason)."""
+        if self._released is not None:
+            src, at = self._released
+            return (
+                f"{src} resigned (priority-0 advert {_fmt_s(now - at)} s ago), "
+                f"skew {_fmt_s(self.skew)} s at our prio {self.priority}"
+            )
+        if self.last_advert_at is None:
+            text = (
+                f"no advert in {_fmt_s(now - self._backup_since)} s since entering backup, "
+                f"{self._mdi_text()}"
+            )
+        else:
+            text = (
+                f"last advert from {self.master_ip} (prio {self.master_priority}, interval "
+                f"{_fmt_s(self.master_adver_interval_cs / 100)} s) "
+                f"{_fmt_s(now - self.last_advert_at)} s ago, {self._mdi_text()}"
+            )
+        if self._discarded is not None:
+            src, prio, at = self._discarded
+            text += (
+                f"; preempting {src} (prio {prio} < ours {self.priority}, last seen "
+                f"{_fmt_s(now - at)} s ago)"
+            )
+            if self._preempt_window_start is not None:
+                text += f" after preempt_delay {_fmt_s(self.params.preempt_delay)} s"
+        return text
