@@ -1,0 +1,253 @@
+"""The lab itself, on real namespaces: topology, responder, prober + analysis, nftables chaos,
+and a full keepalived run through the runner.
+
+These tests check the measuring instrument, not vipd: if they fail, no lab number is worth
+anything. Every wait is bounded; the whole module runs in well under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from vipd.lab import runner
+from vipd.lab.analysis import measure, stable_on
+from vipd.lab.daemons import VrrpSpec, make_fleet
+from vipd.lab.faults import Chaos, move_vip
+from vipd.lab.prober import Prober
+from vipd.lab.responder import Responder
+from vipd.lab.topology import VIP4, VIP6, Lab, LabError, cleanup, lab_namespaces, netns_pids
+
+pytestmark = pytest.mark.netns
+
+CONNECT = (
+    "import socket, sys\n"
+    "s = socket.create_connection((sys.argv[1], 6443), timeout=2)\n"
+    "print(s.recv(64).decode().strip())\n"
+)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def start_responders(lab: Lab) -> list[Responder]:
+    responders = [Responder(lab, n) for n in lab.nodes]
+    for r in responders:
+        r.start()
+    return responders
+
+
+# -- topology ------------------------------------------------------------------------------
+
+
+def test_topology_builds_and_tears_down_leaving_nothing(netns_ok: None) -> None:
+    lab = Lab(nodes=3)
+    with lab:
+        assert lab_namespaces(lab.prefix) == sorted(lab.namespaces)
+        bridge = lab.ip(lab.lan_ns, "-d", "-j", "link", "show", "br0")
+        assert json.loads(bridge)[0]["linkinfo"]["info_data"]["mcast_snooping"] == 0
+        ports = lab.ip(lab.lan_ns, "-j", "link", "show", "master", "br0")
+        assert sorted(p["ifname"] for p in json.loads(ports)) == ["c", "n1", "n2", "n3"]
+        n2 = lab.node("n2")
+        assert {"10.77.0.12", "fd00:77::12"} <= set(lab.addresses(n2))
+        assert lab.holders("10.77.0.13") == ["n3"]
+        assert lab.holders(VIP4) == []
+        # Nothing of the lab in the host's namespace.
+        host_links = subprocess.run(
+            ["ip", "-j", "link", "show"], capture_output=True, text=True, check=True
+        ).stdout
+        assert not {"n1", "n2", "n3", "c", "br0"} & {x["ifname"] for x in json.loads(host_links)}
+        sleeper = lab.spawn(n2.ns, ["sleep", "60"])
+        assert sleeper.pid in netns_pids(n2.ns)
+        workdir = lab.workdir
+    assert lab_namespaces(lab.prefix) == []
+    assert sleeper.poll() is not None  # killed and reaped
+    assert not workdir.exists()
+
+
+def test_teardown_on_exception_and_cleanup_of_leftovers(netns_ok: None) -> None:
+    with pytest.raises(RuntimeError, match="boom"), Lab(nodes=2) as lab:
+        raise RuntimeError("boom")
+    assert lab_namespaces(lab.prefix) == []
+
+    # A lab whose owner died without tearing down: cleanup(prefix) removes it.
+    orphan = Lab(nodes=2)
+    try:
+        orphan.build()
+        orphan.spawn(orphan.nodes[0].ns, ["sleep", "60"])
+        assert len(lab_namespaces(orphan.prefix)) == 4
+        # A second lab with the same prefix refuses to build and leaves the first one alone.
+        with pytest.raises(LabError, match="already exist"), Lab(nodes=2, prefix=orphan.prefix):
+            pass
+        assert len(lab_namespaces(orphan.prefix)) == 4
+        assert sorted(cleanup(orphan.prefix)) == sorted(orphan.namespaces)
+        assert lab_namespaces(orphan.prefix) == []
+    finally:
+        orphan.teardown()
+
+
+def test_runner_tears_down_on_sigterm(netns_ok: None, tmp_path: Path) -> None:
+    prefix = "vlt" + str(int(time.monotonic() * 1000) % 100000)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vipd.lab",
+            "--daemon",
+            "keepalived",
+            "--prefix",
+            prefix,
+            "--rounds",
+            "50",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_until(lambda: len(lab_namespaces(prefix)) == 5, 10), "lab never built"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        cleanup(prefix)
+    assert lab_namespaces(prefix) == [], err
+    assert proc.returncode in (2, 130), err  # 2: keepalived missing (preflight), else 130
+
+
+# -- responder and prober ------------------------------------------------------------------
+
+
+def test_responder_answers_client_through_node_address(lab: Lab) -> None:
+    start_responders(lab)
+    for addr in ("10.77.0.12", "fd00:77::12"):
+        out = lab.exec(lab.client_ns, [sys.executable, "-c", CONNECT, addr]).stdout
+        assert out.strip() == "n2"
+    prober = Prober(lab, "10.77.0.13")
+    prober.start()
+    try:
+        assert wait_until(lambda: stable_on(prober.attempts(), "n3", 0.3), 5)
+    finally:
+        prober.stop()
+    got = prober.attempts()
+    assert len(got) > 100 and all(a.ok and a.name == "n3" for a in got)
+
+
+@pytest.mark.parametrize("vip", [VIP4, VIP6])
+def test_prober_measures_a_manual_move(make_lab: Callable[..., Lab], vip: str) -> None:
+    lab = make_lab(2)
+    start_responders(lab)
+    n1, n2 = lab.nodes
+    move_vip(lab, None, n1, vip)
+    prober = Prober(lab, vip, interval=0.002)
+    prober.start()
+    try:
+        assert wait_until(lambda: stable_on(prober.attempts(), "n1", 0.3), 5)
+        fault = move_vip(lab, n1, n2, vip, gap=0.3)
+        assert wait_until(lambda: stable_on(prober.attempts(fault), "n2", 0.3, fault), 5)
+        end = time.monotonic()
+    finally:
+        prober.stop()
+    o = measure(prober.attempts(), fault, end, resolution=0.002)
+    assert o.recovered and o.outage is not None
+    # 0.3 s with no address anywhere, plus the add and the announcement (a Python start-up).
+    assert 0.29 <= o.outage <= 0.8, o
+    assert (o.before, o.after, o.final) == ("n1", "n2", "n2")
+    assert o.switches == 1 and not o.flap and not o.interleaved
+    assert o.failures > 0  # the attempts started in the gap failed, as they should
+
+
+# -- nftables chaos ------------------------------------------------------------------------
+
+
+def test_nft_vrrp_partition_gives_two_masters(
+    make_lab: Callable[..., Lab], keepalived_ok: None
+) -> None:
+    lab = make_lab(2)
+    spec = VrrpSpec(vip=VIP4, advert_interval=0.1)
+    fleet = make_fleet("keepalived", lab, spec)
+    fleet.start_all()
+    try:
+        assert wait_until(lambda: lab.holders(VIP4) == ["n1"], 5), lab.holders(VIP4)
+        assert wait_until(lambda: fleet["n2"].state() == "BACKUP", 2)
+        chaos = Chaos(lab)
+        chaos.partition_vrrp(["n1"], ["n2"])
+        assert wait_until(lambda: lab.holders(VIP4) == ["n1", "n2"], 3), lab.holders(VIP4)
+        assert fleet["n1"].state() == "MASTER" and fleet["n2"].state() == "MASTER"
+        counts = chaos.counters()
+        assert counts["vrrp-v4 n1>n2"] > 0 and counts["vrrp-v4 n2>n1"] > 0, counts
+        chaos.clear()  # healed: n2 hears n1's higher priority and steps back
+        assert wait_until(lambda: lab.holders(VIP4) == ["n1"], 3), lab.holders(VIP4)
+    finally:
+        fleet.stop_all()
+
+
+def test_nft_random_loss_drops_about_n_percent(make_lab: Callable[..., Lab]) -> None:
+    lab = make_lab(2)
+    start_responders(lab)
+    move_vip(lab, None, lab.nodes[0], VIP4)
+    chaos = Chaos(lab)
+    chaos.loss(30, src="c")
+    prober = Prober(lab, VIP4, interval=0.002, timeout=0.2)
+    prober.start()
+    try:
+        time.sleep(1.5)
+    finally:
+        prober.stop()
+    counts = chaos.counters()
+    seen, dropped = counts["seen c>*"], counts["loss30 c>*"]
+    assert seen > 300, counts
+    assert 0.2 <= dropped / seen <= 0.4, counts
+    attempts = prober.attempts()
+    assert any(not a.ok for a in attempts) and any(a.ok for a in attempts)
+
+
+# -- the runner, end to end with keepalived ------------------------------------------------
+
+
+def test_runner_keepalived_three_nodes_recovers_every_round(
+    keepalived_ok: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    runner.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--daemon",
+            "keepalived",
+            "--rounds",
+            "2",
+            "--fault",
+            "kill",
+            "--advert-interval",
+            "0.1",
+            "--json",
+        ]
+    )
+    code = runner.run(args)
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert code == 0, out
+    assert report["summary"]["ok"] and len(report["rounds"]) == 2
+    for rnd in report["rounds"]:
+        assert rnd["ok"] and rnd["old_leader"] == "n1" and rnd["new_leader"] == "n2", rnd
+        assert rnd["holders_after_convergence"] == ["n1"]
+        assert 100 <= rnd["client_outage_ms"] <= 1000, rnd
+        assert not rnd["failover"]["flap"]
+    assert lab_namespaces(report["lab"]["prefix"]) == []

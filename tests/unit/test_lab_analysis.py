@@ -1,0 +1,194 @@
+"""Unit tests for vipd.lab.analysis: outage, who answered, flaps, stability, percentiles.
+
+Timelines are made up: one attempt every ``STEP`` seconds, answered by the named node or
+failed, so each expected number can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vipd.lab.analysis import (
+    Attempt,
+    answered,
+    format_line,
+    measure,
+    parse_line,
+    percentile,
+    percentiles,
+    stable_on,
+)
+
+STEP = 0.01
+
+
+def timeline(spec: str, t0: float = 100.0) -> list[Attempt]:
+    """One attempt per character: a digit d is a success answered by n<d>; ``.`` a failure."""
+    out = []
+    for i, ch in enumerate(spec):
+        t = t0 + i * STEP
+        if ch == ".":
+            out.append(Attempt(t, t + 0.5, False, None, "timeout"))
+        else:
+            out.append(Attempt(t, t + 0.001, True, f"n{ch}"))
+    return out
+
+
+def at(i: int, t0: float = 100.0) -> float:
+    return t0 + i * STEP
+
+
+def test_parse_and_format_round_trip() -> None:
+    ok = parse_line("12.500000 12.500300 1 n2\n")
+    assert ok == Attempt(12.5, 12.5003, True, "n2")
+    bad = parse_line("12.5 13.0 0 - timeout")
+    assert bad == Attempt(12.5, 13.0, False, None, "timeout")
+    assert bad is not None and ok is not None
+    assert parse_line(format_line(bad)) == bad
+    assert parse_line(format_line(ok)) == ok
+    assert parse_line("") is None
+    assert parse_line("garbage line here now") is None
+    assert parse_line("1.0 2.0 0 -") == Attempt(1.0, 2.0, False, None, "")
+
+
+def test_clean_failover_outage_is_the_gap_between_successes() -> None:
+    #           0123456789...
+    attempts = timeline("1111111" + "." * 30 + "2222222222")
+    o = measure(attempts, fault=at(7), end=at(50), pre=0.05, resolution=STEP)
+    assert o.recovered
+    # last success at index 6, first after at index 37
+    assert o.outage == pytest.approx(31 * STEP)
+    assert o.gap_start == pytest.approx(at(6)) and o.gap_end == pytest.approx(at(37))
+    assert (o.before, o.after, o.final) == ("n1", "n2", "n2")
+    assert o.switches == 1 and not o.flap and not o.interleaved
+    assert o.failures == 30 and o.successes == 7 - 2 + 10  # window starts 0.05 s before
+    assert o.resolution == STEP
+
+
+def test_outage_ignores_gaps_that_end_before_the_fault() -> None:
+    # A long gap well before the fault (noise) must not count as the fault's outage.
+    attempts = timeline("11" + "." * 20 + "1111" + "...." + "222")
+    o = measure(attempts, fault=at(26), end=at(40), pre=1.0)
+    assert o.outage == pytest.approx(5 * STEP)  # index 25 → index 30
+    assert (o.before, o.after) == ("n1", "n2")
+
+
+def test_failures_do_not_matter_only_successes() -> None:
+    # Failures interleaved with successes: no gap larger than the two-step spacing.
+    attempts = timeline("1.1.1.1.1.1.1.1")
+    o = measure(attempts, fault=at(3), end=at(15))
+    assert o.outage == pytest.approx(2 * STEP)
+    assert o.switches == 0 and o.before == o.after == o.final == "n1"
+
+
+def test_no_recovery_is_reported_as_such_with_a_lower_bound() -> None:
+    attempts = timeline("1111" + "." * 20)
+    o = measure(attempts, fault=at(4), end=at(24))
+    assert not o.recovered
+    assert o.outage == pytest.approx(at(24) - at(3))
+    assert o.after is None and o.before == "n1"
+
+
+def test_no_data_at_all() -> None:
+    o = measure([], fault=5.0, end=6.0)
+    assert not o.recovered and o.outage is None
+
+
+def test_no_success_before_the_fault_measures_from_the_window_start() -> None:
+    attempts = timeline("....22222")
+    o = measure(attempts, fault=at(0), end=at(9), pre=0.1)
+    assert o.recovered and o.before is None and o.after == "n2"
+    assert o.outage == pytest.approx(at(4) - (at(0) - 0.1))
+    assert o.gap_start is None
+
+
+def test_interleaved_answers_after_convergence_are_a_flap() -> None:
+    attempts = timeline("111" + "....." + "2212122222")
+    o = measure(attempts, fault=at(3), end=at(18))
+    assert o.after == "n2" and o.final == "n2"
+    assert o.switches == 5 and o.flap and o.interleaved  # 1→2→1→2→1→2
+
+
+def test_three_node_hand_off_is_a_flap_but_not_interleaved() -> None:
+    attempts = timeline("111" + "...." + "333" + ".." + "2222")
+    o = measure(attempts, fault=at(3), end=at(16))
+    assert o.switches == 2 and o.flap and not o.interleaved
+    assert (o.before, o.final) == ("n1", "n2")
+
+
+def test_same_node_keeps_the_vip_no_switch() -> None:
+    attempts = timeline("111...111")
+    o = measure(attempts, fault=at(3), end=at(9))
+    assert o.switches == 0 and not o.flap and o.before == o.after == "n1"
+
+
+def test_attempts_outside_the_window_are_ignored() -> None:
+    attempts = timeline("1111111111" + "......" + "2222" + "1111")  # n1 back after the window
+    o = measure(attempts, fault=at(10), end=at(19), pre=0.02)
+    assert o.final == "n2" and o.switches == 1
+
+
+def test_unsorted_input_is_fine() -> None:
+    attempts = timeline("111....222")
+    o = measure(list(reversed(attempts)), fault=at(3), end=at(10))
+    assert o.outage == pytest.approx(5 * STEP)
+
+
+def test_stable_on_needs_an_unbroken_run_of_min_span() -> None:
+    # 20 answers from n2, 10 ms apart: their starts span 0.19 s.
+    assert stable_on(timeline("1111122222222222222222222"), "n2", 0.185)
+    assert not stable_on(timeline("1111122222222222222222222"), "n2", 0.195)
+    assert not stable_on(timeline("2222222222222222222.2"), "n2", 0.01)  # a failure breaks it
+    assert not stable_on(timeline("222222222222222222221"), "n2", 0.01)  # so does another node
+    assert not stable_on([], "n1", 0.0)
+    # Only attempts since a given time count.
+    assert not stable_on(timeline("2222222222222"), "n2", 0.05, since=at(10))
+    assert stable_on(timeline("2222222222222"), "n2", 0.015, since=at(10))
+
+
+def test_answered_counts_successes_per_node() -> None:
+    attempts = timeline("11..22.2")
+    assert answered(attempts, at(0), at(7)) == {"n1": 2, "n2": 3}
+    assert answered(attempts, at(4), at(5)) == {"n2": 2}
+
+
+def test_percentiles_match_linear_interpolation() -> None:
+    xs = [float(x) for x in range(1, 101)]  # 1..100
+    p = percentiles(xs)
+    assert p is not None
+    assert p.n == 100 and p.max == 100
+    assert p.p50 == pytest.approx(50.5)
+    assert p.p90 == pytest.approx(90.1)
+    assert p.p99 == pytest.approx(99.01)
+    assert percentiles([]) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0], 50) == 1.5
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+
+
+@given(
+    st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=50),
+    st.floats(min_value=0, max_value=100),
+)
+def test_percentile_lies_between_min_and_max_and_is_monotonic(xs: list[float], q: float) -> None:
+    v = percentile(xs, q)
+    assert min(xs) <= v <= max(xs)
+    assert percentile(xs, 0) == min(xs) and percentile(xs, 100) == max(xs)
+    assert percentile(xs, min(q + 10, 100)) >= v - 1e-9
+
+
+@given(st.lists(st.sampled_from("12."), min_size=2, max_size=60), st.integers(0, 59))
+def test_outage_is_bounded_by_the_window(spec: list[str], fault_i: int) -> None:
+    attempts = timeline("".join(spec))
+    fault, end = at(fault_i), at(len(spec))
+    o = measure(attempts, fault=fault, end=end, pre=0.05)
+    if o.outage is not None:
+        assert 0 <= o.outage <= end - (fault - 0.05) + 1e-9
+    if o.recovered:
+        assert o.after is not None and o.gap_end is not None and o.gap_end > fault
+        assert o.flap == (o.switches >= 2)
