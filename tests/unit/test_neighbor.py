@@ -5,7 +5,7 @@ from __future__ import annotations
 from ipaddress import IPv4Address, IPv6Address
 
 import pytest
-from scapy.layers.inet6 import IPv6, ICMPv6ND_NA, ICMPv6NDOptDstLLAddr
+from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6NDOptDstLLAddr, IPv6
 from scapy.layers.l2 import ARP, Ether
 
 from vipd.neighbor import announcement, gratuitous_arp, parse_mac, unsolicited_na
@@ -38,7 +38,7 @@ def test_unsolicited_na_fields_and_checksum(router: bool) -> None:
     assert ip6.hlim == 255
     na = pkt[ICMPv6ND_NA]
     assert na.tgt == str(vip)
-    assert (na.R, na.S, na.O) == (int(router), 0, 1)
+    assert (int(router), 0, 1) == (na.R, na.S, na.O)
     assert pkt[ICMPv6NDOptDstLLAddr].lladdr == "02:00:00:00:00:0a"
     # Let scapy recompute the checksum from scratch and compare with ours.
     ours = na.cksum
