@@ -29,6 +29,7 @@ from vipd.actuators.address import AddressActuator
 from vipd.actuators.announce import Announcer
 from vipd.config import Config
 from vipd.controller import Controller, GarpPolicy
+from vipd.linkwatch import LinkWatch
 from vipd.neighbor import announcement, parse_mac
 from vipd.preflight import Preflight
 from vipd.vrrp import packet, state
@@ -93,6 +94,7 @@ class VrrpInstance:
         self.controller: Controller | None = None
         self.address: AddressActuator | None = None
         self.announcer: Announcer | None = None
+        self.linkwatch: LinkWatch | None = None
 
     # -- adverts -------------------------------------------------------------------------
 
@@ -263,8 +265,16 @@ class VrrpInstance:
                 unicast_peers=self.pre.unicast_peers,
             )
             loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
-            now = time.monotonic()
-            self._apply(self.machine.start(now), now)
+            self.linkwatch = LinkWatch(self.ifindex, self._on_link)
+            loop.add_reader(self.linkwatch.fileno(), self._guarded, self.linkwatch.on_readable)
+            if self.linkwatch.state:
+                now = time.monotonic()
+                self._apply(self.machine.start(now), now)
+            else:
+                self.log.warning(
+                    "interface is down: waiting for it before joining the election",
+                    extra={"fields": {"interface": self.ifname}},
+                )
             self.log.info(
                 "vrrp started",
                 extra={
@@ -296,6 +306,24 @@ class VrrpInstance:
         await self._shutdown(worker)
         return code
 
+    def _on_link(self, up: bool) -> None:
+        """RFC 9568 §6.4: interface down is a Shutdown event, interface up a Startup event."""
+        now = time.monotonic()
+        if up:
+            self.log.info(
+                "interface is up: joining the election",
+                extra={"fields": {"interface": self.ifname}},
+            )
+            if self.machine.state is state.State.INITIALIZE:
+                self._apply(self.machine.start(now), now)
+        else:
+            self.log.warning(
+                "interface is down: leaving the election and releasing the VIP",
+                extra={"fields": {"interface": self.ifname, "state": self.machine.state.value}},
+            )
+            # The priority-0 advert cannot leave a down link; peers time out instead.
+            self._apply(self.machine.shutdown(now), now)
+
     def _count_garp(self, n: int) -> None:
         self.stats.garp_sent += n
 
@@ -319,6 +347,10 @@ class VrrpInstance:
                 self.controller.release()
             except Exception as exc:
                 self.log.error("could not remove the VIP", extra={"fields": {"error": exc}})
+        if self.linkwatch is not None:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(self.linkwatch.fileno())
+            self.linkwatch.close()
         if self.transport is not None:
             with contextlib.suppress(Exception):
                 loop.remove_reader(self.transport.fileno())

@@ -242,11 +242,35 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
                         "vip", f"is the network address of {link.name}'s subnet {net}", str(vip)
                     )
 
-    primary = _primary(link, vip)
+    # One config is shared by every node of a DaemonSet, so it lists every node, this one
+    # included: our own addresses are dropped (and said), not treated as an error.
+    own = {a.ip: (other, a) for other in host.links for a in other.addresses}
+    configured = cfg.election.vrrp.unicast_peers
+    peers = tuple(p for p in configured if p not in own)
+    for peer in configured:
+        if peer in own:
+            other, a = own[peer]
+            findings.append(
+                f"unicast peer {peer} is this node's own address ({other.name} {a.address}): "
+                "skipped"
+            )
+    if configured and not peers:
+        raise ConfigError(
+            "election.vrrp.unicast_peers",
+            "lists only this node's own addresses: add the other nodes",
+            ", ".join(str(p) for p in configured),
+        )
+    if peers:
+        findings.append(f"unicast mode: adverts go to {', '.join(str(p) for p in peers)}")
+
+    global_v6 = isinstance(vip, IPv6Address) and any(not p.is_link_local for p in peers)
+    primary = _primary(link, vip, global_v6)
     if primary is None:
         why = (
             "a global IPv4 address that is not the VIP"
             if family == "IPv4"
+            else "a global IPv6 address (the unicast peers are global)"
+            if global_v6
             else "an IPv6 link-local address (fe80::/10)"
         )
         raise ConfigError(
@@ -270,27 +294,6 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
             f"{link.name} has no link-layer address: gratuitous ARP / unsolicited NA cannot "
             "move the VIP there"
         )
-
-    # One config is shared by every node of a DaemonSet, so it lists every node, this one
-    # included: our own addresses are dropped (and said), not treated as an error.
-    own = {a.ip: (other, a) for other in host.links for a in other.addresses}
-    configured = cfg.election.vrrp.unicast_peers
-    peers = tuple(p for p in configured if p not in own)
-    for peer in configured:
-        if peer in own:
-            other, a = own[peer]
-            findings.append(
-                f"unicast peer {peer} is this node's own address ({other.name} {a.address}): "
-                "skipped"
-            )
-    if configured and not peers:
-        raise ConfigError(
-            "election.vrrp.unicast_peers",
-            "lists only this node's own addresses: add the other nodes",
-            ", ".join(str(p) for p in configured),
-        )
-    if peers:
-        findings.append(f"unicast mode: adverts go to {', '.join(str(p) for p in peers)}")
 
     return Preflight(
         link=link,
@@ -316,12 +319,14 @@ def _scoped(ip: IPAddress) -> bool:
     return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast)
 
 
-def _primary(link: HostLink, vip: IPAddress) -> HostAddress | None:
+def _primary(link: HostLink, vip: IPAddress, global_v6: bool = False) -> HostAddress | None:
+    """The advert source. ``global_v6``: IPv6 unicast to global peers, which need a global
+    source (a link-local one would not match the address they list for us)."""
     for a in _own(link.addresses, vip):
-        if isinstance(vip, IPv4Address):
+        if isinstance(vip, IPv4Address) or global_v6:
             # The first non-deprecated global address, as the kernel lists them (primaries
             # before their secondaries) - what keepalived and `ip route get` would use.
-            if _scoped(a.ip) and not a.deprecated:
+            if _scoped(a.ip) and not a.deprecated and not a.flags & IFA_F_DADFAILED:
                 return a
         elif a.ip.is_link_local and not a.flags & IFA_F_DADFAILED:
             return a

@@ -376,3 +376,13 @@ def test_checks_do_not_import_pyroute2_at_module_level() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             top.add(node.module.split(".")[0])
     assert not top & {"asyncio", "socket", "pyroute2", "time", "select", "subprocess"}
+
+
+def test_ipv6_unicast_to_global_peers_sends_from_the_global_address() -> None:
+    eth0 = link("eth0", addr("fd00:77::11/64"), addr("fe80::11/64"))
+    multicast = check_host(cfg("fd00:77::100", interface="eth0"), host(eth0))
+    assert str(multicast.source) == "fe80::11"
+    c = cfg("fd00:77::100", interface="eth0", unicast_peers=["fd00:77::12", "fd00:77::13"])
+    assert str(check_host(c, host(eth0)).source) == "fd00:77::11"
+    c = cfg("fd00:77::100", interface="eth0", unicast_peers=["fe80::12"])
+    assert str(check_host(c, host(eth0)).source) == "fe80::11"
