@@ -203,5 +203,9 @@ class Controller:
         self._pending_takeover = None
         self._cancel_timers()
         self.announcer.cancel()
-        self.address.remove()
+        if self.address.remove() or self.bound:
+            self.stats.vip_removed += 1
+            self.log.info(
+                "VIP removed", extra={"fields": {"vip": self.address.vip, "reason": "stopping"}}
+            )
         self.bound = False
