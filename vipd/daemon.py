@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import time
 from collections import Counter
@@ -163,13 +164,11 @@ class VrrpInstance:
                 "fields": {
                     "vrid": self.vrrp.vrid,
                     "reason": reason,
-                    "priority": self.vrrp.priority,
+                    "priority": m.priority,
                     "master": m.master_ip,
                     "master_priority": m.master_priority,
                     "master_adver_interval_s": m.master_adver_interval_cs / 100,
-                    "master_down_interval_s": state.master_down_interval(
-                        self.vrrp.version, self.vrrp.priority, m.master_adver_interval_cs
-                    ),
+                    "master_down_interval_s": m.mdi,
                 }
             },
         )
@@ -216,18 +215,29 @@ class VrrpInstance:
             )
             packet.check(advert, src=dgram.src, dst=dgram.dst, ttl=dgram.ttl, expect=self.expect)
         except packet.DecodeError as err:
-            self.stats.invalid[err.reason] += 1
-            if self.stats.invalid[err.reason] in (1, 100) or err.reason == "address-list":
-                self.log.debug(
-                    "advert dropped",
-                    extra={"fields": {"reason": err.reason, "src": dgram.src, "detail": err}},
-                )
+            self._dropped(err, dgram.src)
             return
         self.stats.adverts_received += 1
         self.stats.checksum_forms[form] += 1
-        actions = self.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs)
-        if actions or self.machine.deadline is not None:
-            self._apply(actions, now)
+        self._apply(
+            self.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs), now
+        )
+
+    def _dropped(self, err: packet.DecodeError, src: IPAddress) -> None:
+        """Count a dropped advert; say so at 1, 10, 100, … of each reason.
+
+        Other VRIDs are routine on a shared segment (debug). Anything else on our VRID is a
+        peer we cannot hear — a wrong version, password, interval or address list means dual
+        master — or garbage, so it is a warning, rate-limited so a flood cannot fill the log.
+        """
+        count = self.stats.invalid[err.reason] = self.stats.invalid[err.reason] + 1
+        if count & (count - 1) == 0 or count in (10, 100, 1000) or count % 10000 == 0:
+            level = logging.DEBUG if err.reason == "vrid" else logging.WARNING
+            self.log.log(
+                level,
+                "advert dropped",
+                extra={"fields": {"reason": err.reason, "src": src, "count": count, "detail": err}},
+            )
 
     @property
     def transport_v6(self) -> bool:

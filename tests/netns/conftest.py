@@ -6,7 +6,7 @@ keepalived binary; ``lab`` gives a built 3-node ``vipd.lab.topology.Lab`` and al
 down, pass or fail; ``make_lab`` does the same for labs of other sizes.
 
 What it must not do: leave anything behind on the host, or skip silently: every skip says
-what is missing.
+what is missing, and with CI=true a missing prerequisite is a failure, not a skip.
 """
 
 from __future__ import annotations
@@ -35,19 +35,26 @@ def _netns_problem() -> str | None:
     return None
 
 
+def _skip_or_fail(reason: str) -> None:
+    """Skip with the reason printed; in CI (root, set up by scripts/setup) fail instead: a
+    skipped test there would be a check that silently stopped running."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI must run this test, but: {reason}")
+    print(f"\nskipping: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def netns_ok() -> None:
     problem = _netns_problem()
     if problem is not None:
-        print(f"\nskipping netns tests: {problem}")
-        pytest.skip(problem)
+        _skip_or_fail(problem)
 
 
 @pytest.fixture(scope="session")
 def keepalived_ok(netns_ok: None) -> None:
     if shutil.which("keepalived") is None:
-        print("\nskipping keepalived tests: keepalived is not installed")
-        pytest.skip("needs keepalived (apt-get install keepalived)")
+        _skip_or_fail("needs keepalived (apt-get install keepalived; scripts/setup does it)")
 
 
 @pytest.fixture
