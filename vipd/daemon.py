@@ -331,8 +331,16 @@ class VrrpInstance:
                 "interface is down: leaving the election and releasing the VIP",
                 extra={"fields": {"interface": self.ifname, "state": self.machine.state.value}},
             )
-            # The priority-0 advert cannot leave a down link; peers time out instead.
-            self._apply(self.machine.shutdown(now), now)
+            # The priority-0 advert cannot leave a down link: peers time out instead, so it is
+            # not sent, and the step-down says why.
+            actions: list[state.Action] = [
+                state.BecomeBackup(f"interface {self.ifname} down: leaving the election")
+                if isinstance(a, state.BecomeBackup)
+                else a
+                for a in self.machine.shutdown(now)
+                if not isinstance(a, state.SendAdvert)
+            ]
+            self._apply(actions, now)
 
     def _count_garp(self, n: int) -> None:
         self.stats.garp_sent += n
@@ -348,6 +356,8 @@ class VrrpInstance:
                 for action in self.machine.shutdown(time.monotonic()):
                     if isinstance(action, state.SendAdvert):
                         self._send_advert(action.priority)
+                    elif isinstance(action, state.BecomeBackup):
+                        self.log.info("resigned", extra={"fields": {"reason": action.reason}})
         if worker is not None:
             worker.cancel()
             with contextlib.suppress(BaseException):
