@@ -38,7 +38,11 @@ IPV6_MULTICAST_ALL = 29
 IPTOS_PREC_INTERNETCONTROL = 0xC0
 MAX_DATAGRAM = 2048
 # A VRRP message (incl. the v2 auth trailer) is at most 8 + 255*16 + 8 bytes.
-RECV_BURST = 64
+RECV_BURST = 256
+# A flood of garbage must not push the real adverts out of the queue before we drain it:
+# 4 MiB holds a few thousand small datagrams (each costs ~1 KiB of skb overhead).
+RECV_BUFFER = 4 << 20
+SO_RCVBUFFORCE = 33
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,11 @@ class Transport:
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, self.ifname.encode())
+            try:
+                # CAP_NET_ADMIN lifts net.core.rmem_max; without it the kernel caps the size.
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECV_BUFFER)
+            except PermissionError:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
             if self.v6:
                 self._setup_v6(sock)
             else:
