@@ -197,6 +197,12 @@ class Controller:
             handle.cancel()
         self._timers.clear()
 
+    def quiesce(self) -> None:
+        """Stop announcing and repairing, but leave the VIP where it is (graceful handover)."""
+        self._pending_takeover = None
+        self._cancel_timers()
+        self.announcer.cancel()
+
     def release(self) -> None:
         """Remove the VIP now (shutdown and crash path); raises if the kernel refuses."""
         self.leader = False

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -96,6 +97,13 @@ class VrrpInstance:
         self.address: AddressActuator | None = None
         self.announcer: Announcer | None = None
         self.linkwatch: LinkWatch | None = None
+        self._handover: asyncio.Event | None = None
+        self._successor: IPAddress | None = None
+        # The slowest possible successor is a priority-1 backup, Skew_Time(1) after our
+        # priority-0 advert; one more interval covers a lost advert and scheduling.
+        self.handover_bound = (
+            state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval
+        )
 
     # -- adverts -------------------------------------------------------------------------
 
@@ -219,6 +227,12 @@ class VrrpInstance:
             return
         self.stats.adverts_received += 1
         self.stats.checksum_forms[form] += 1
+        if self._handover is not None:
+            # Stopping: we only wait for a successor, the election is over for us.
+            if advert.priority > 0:
+                self._successor = dgram.src
+                self._handover.set()
+            return
         self._apply(
             self.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs), now
         )
@@ -301,6 +315,11 @@ class VrrpInstance:
                     }
                 },
             )
+            # Everything allocated so far lives as long as the process: move it out of the
+            # collector's sight, so a collection never walks pyroute2's import-time objects
+            # in the middle of a takeover.
+            gc.collect()
+            gc.freeze()
             stopper = loop.create_task(stop.wait(), name="stop-signal")
             waiters: set[asyncio.Future[Any]] = {stopper, self._fatal, worker}
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -346,22 +365,52 @@ class VrrpInstance:
         self.stats.garp_sent += n
 
     async def _shutdown(self, worker: asyncio.Task[None] | None) -> None:
-        """Priority 0 first so a backup starts its Skew timer, then the VIP, then sockets."""
+        """Priority 0 first so a backup starts its Skew timer, then the VIP, then sockets.
+
+        Make-before-break: a leader keeps the VIP bound (without announcing it again) until it
+        hears the new leader's first advert, which that node sends just before it binds the VIP
+        and announces it, or until no backup can still be coming (``handover_bound``). Clients
+        keep being answered here until the ARP announcement moves them, so a graceful stop
+        costs them next to nothing instead of a whole Skew_Time.
+        """
         loop = asyncio.get_running_loop()
         if self._timer is not None:
             self._timer.cancel()
         was_active = self.machine.state is state.State.ACTIVE
-        if self.transport is not None:
-            with contextlib.suppress(Exception):
-                for action in self.machine.shutdown(time.monotonic()):
-                    if isinstance(action, state.SendAdvert):
-                        self._send_advert(action.priority)
-                    elif isinstance(action, state.BecomeBackup):
-                        self.log.info("resigned", extra={"fields": {"reason": action.reason}})
         if worker is not None:
             worker.cancel()
             with contextlib.suppress(BaseException):
                 await worker
+        if self.controller is not None:
+            self.controller.quiesce()
+        resigned = False
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                for action in self.machine.shutdown(time.monotonic()):
+                    if isinstance(action, state.SendAdvert):
+                        self._handover = asyncio.Event()
+                        self._send_advert(action.priority)
+                        resigned = True
+                    elif isinstance(action, state.BecomeBackup):
+                        self.log.info("resigned", extra={"fields": {"reason": action.reason}})
+        if resigned and self._handover is not None and self.linkwatch and self.linkwatch.state:
+            started = time.monotonic()
+            try:
+                await asyncio.wait_for(self._handover.wait(), self.handover_bound)
+                self.log.info(
+                    "new leader heard: releasing the VIP",
+                    extra={
+                        "fields": {
+                            "after_s": round(time.monotonic() - started, 6),
+                            "leader": self._successor,
+                        }
+                    },
+                )
+            except TimeoutError:
+                self.log.info(
+                    "no new leader heard: releasing the VIP",
+                    extra={"fields": {"waited_s": self.handover_bound}},
+                )
         if self.controller is not None:
             try:
                 self.controller.release()

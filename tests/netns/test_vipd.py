@@ -161,7 +161,22 @@ def test_sigterm_hands_over_after_skew_not_after_the_down_interval(
     assert elapsed < mdi(spec, 150) - 0.5, f"took {elapsed:.3f} s: a timeout, not a handover"
     assert elapsed >= skew(spec, 150) - 0.05
     assert n1.wait(5.0) == 0, n1.log_tail()
+    # Make-before-break: n1 kept the VIP until it heard n2's first advert, then let go.
+    assert "new leader heard: releasing the VIP" in n1.log_text(), n1.log_tail()
     assert "VIP removed" in n1.log_text()
+
+
+def test_a_lone_leader_stops_within_its_handover_bound(cluster: Callable[..., Cluster]) -> None:
+    spec = VrrpSpec(vip=VIP4, advert_interval=0.1)
+    c = cluster(spec, nodes=1)
+    c.converge("n1")
+    n1 = c.daemons["n1"]
+    sent = time.monotonic()
+    assert n1.stop(signal.SIGTERM, timeout=5.0) == 0, n1.log_tail()
+    bound = skew(spec, 1) + spec.advert_interval
+    assert time.monotonic() - sent < bound + 2.0  # Python exit and reaping on a busy host
+    assert "no new leader heard: releasing the VIP" in n1.log_text(), n1.log_tail()
+    assert c.holders() == []
 
 
 def test_vip_deleted_by_hand_on_the_leader_comes_back(cluster: Callable[..., Cluster]) -> None:
