@@ -18,7 +18,7 @@ from vipd.config import Config, ConfigError, Election, Garp, Log, Vrrp, load, pa
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "vipd.yaml"
-DOCS = ROOT / "docs" / "config.md"
+DOCS = ROOT / "README.md"
 
 
 def doc(**vrrp: Any) -> dict[str, Any]:
