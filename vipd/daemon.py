@@ -39,6 +39,8 @@ from vipd.vrrp.transport import Datagram, Transport
 
 IPAddress = IPv4Address | IPv6Address
 
+# How early a Backup's down timer is armed on the loop (see _rearm).
+TIMER_SLACK = 0.002
 EXIT_OK = 0
 EXIT_CRASH = 1
 
@@ -188,8 +190,11 @@ class VrrpInstance:
         deadline = self.machine.deadline
         if deadline is not None:
             # The machine's clock is time.monotonic(), not loop.time(): uvloop's clock has
-            # millisecond resolution and is cached per loop iteration.
-            delay = max(0.0, deadline - time.monotonic())
+            # millisecond resolution and is cached per loop iteration. A Backup's down timer
+            # is the takeover itself, so it is armed a little early and finished precisely
+            # in _on_timer; the Active's advert timer needs no such care.
+            early = TIMER_SLACK if self.machine.state is state.State.BACKUP else 0.0
+            delay = max(0.0, deadline - time.monotonic() - early)
             self._timer = asyncio.get_running_loop().call_later(
                 delay, self._guarded, self._on_timer
             )
@@ -204,7 +209,13 @@ class VrrpInstance:
 
     def _on_timer(self) -> None:
         self._timer = None
+        deadline = self.machine.deadline
         now = time.monotonic()
+        if deadline is not None and 0 < deadline - now <= TIMER_SLACK:
+            # At most TIMER_SLACK, once per takeover: sleeping here beats a millisecond-grained
+            # loop timer that would fire up to a millisecond late.
+            time.sleep(deadline - now)
+            now = time.monotonic()
         self._apply(self.machine.on_timer(now), now)
 
     def _on_readable(self) -> None:
