@@ -79,7 +79,7 @@ import failover_wire as wire
 import vipd
 from vipd.lab import runner
 from vipd.lab.analysis import percentile
-from vipd.lab.daemons import DaemonKind
+from vipd.lab.daemons import DaemonKind, descendants
 from vipd.lab.faults import FaultName
 from vipd.lab.runner import Options, Round
 from vipd.lab.topology import Lab, LabError, new_prefix
@@ -91,6 +91,10 @@ DAEMONS: tuple[DaemonKind, ...] = ("vipd", "keepalived")
 TAKEOVER_PRIORITY = 150  # n2, the backup that takes over from n1 (200)
 BOUND_SLACK_MS = 15.0
 GARP_TARGET_P99_MS = 2.0
+# Wire cross-check: the dead master's last advert precedes its link going down, which comes
+# before the first failed connect after the client's last success ends: at most a probe
+# interval (2 ms) plus a connect's round trip after that success started.
+PHASE_TOLERANCE_MS = 3.0
 STEADY_ADVERT = 0.1
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT_ENV = "VIPD_BENCH_SNAPSHOT"  # set in the re-executed process: where its vipd/ is
@@ -182,26 +186,6 @@ def classify_takeovers(
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def _cpu_ticks(pid: int) -> int | None:
     """utime + stime of one process, in clock ticks; None if it is gone."""
     try:
@@ -242,7 +226,7 @@ def sample_steady(session: runner._Session, seconds: float) -> dict[str, Any]:
         pid = daemon.pid
         if pid is None or not daemon.running():
             raise LabError(f"{daemon.kind} on {name} is not running for the steady sample")
-        trees[name] = [pid, *_descendants(pid)]
+        trees[name] = [pid, *descendants(pid)]
     holders_before = session.lab.holders(vip)
     t0 = time.monotonic()
     ticks0 = {n: {p: _cpu_ticks(p) for p in pids} for n, pids in trees.items()}
@@ -916,6 +900,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
         changed = ", **the vipd code under test changed during the run**"
     elif env["vipd_snapshot"]:
         changed = ", run from a snapshot of vipd/ taken at the start"
+    if env.get("vipd_commit_end") and env["vipd_commit_end"] != env["vipd_commit"]:
+        same = env.get("working_tree_fingerprint_end") == env["working_tree_fingerprint_start"]
+        changed += f"; HEAD moved to {env['vipd_commit_end'][:10]} during the run" + (
+            ", vipd/ unchanged" if same else ", its vipd/ changes not measured"
+        )
     versions: dict[tuple[str, str], list[str]] = {}
     for c in doc["configurations"]:
         if c["daemon"] != "vipd":
@@ -937,7 +926,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"{(env['vipd_commit'] or '?')[:10]}{dirty}{changed}); "
         f"run time {doc['run_seconds'] / 60:.1f} min.",
     ]
-    if len(versions) > 1:
+    if len({fp for _, fp in versions}) > 1:  # the code under test itself differed
         lines.append(
             "vipd code per vipd configuration (at its start and end; the lab starts vipd "
             "afresh from the working tree on every restart): "
@@ -1045,12 +1034,17 @@ def render_wire(doc: dict[str, Any]) -> list[str]:
         "and end come from the prober, which connects every 2 ms: that, not the clock, "
         "bounds the phase-corrected outage's accuracy (±2 ms). Cross-check: for `kill` the "
         "dead master's last advert must precede the start of the client's outage (to within "
-        "one probe interval); "
+        "one probe interval plus a connect's round trip: the link went down before the "
+        "first failed connect completed); "
         + (
             "no round had both"
             if phase_min is None
             else f"the smallest gap between them was {phase_min:+.1f} ms"
-            + (" (consistent)" if phase_min >= -2.0 else " (**inconsistent**: check the clocks)")
+            + (
+                " (consistent)"
+                if phase_min >= -PHASE_TOLERANCE_MS
+                else f" (**inconsistent** beyond {PHASE_TOLERANCE_MS:g} ms: check the clocks)"
+            )
         )
         + ". "
         f"Frames dropped by the kernel during the captures: {cap.get('dropped_by_kernel')}"
@@ -1279,6 +1273,8 @@ def main(argv: list[str] | None = None) -> int:
     if rounds < 1 or steady < 0:
         parser.error("--rounds must be ≥ 1 and --steady-seconds ≥ 0")
     why = runner.preflight(Options(daemon="keepalived"))
+    if why is None and shutil.which("tcpdump") is None:
+        why = "tcpdump is not installed (the wire timings need it)"
     if why is not None:
         print(f"bench/failover.py: cannot run here: {why}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ keepalived's own state lines (``Entering MASTER|BACKUP STATE``) and its receive-
 vipd's ``became active|backup`` lines and its ``invalid={}`` receive counters, who has the VIP
 bound (``Lab.holders``, polled), and who advertises on the wire. Every captured advert, from
 either daemon, is also checked against the interop contract keepalived enforces (TTL 255, exact
-length, checksum form, interval, auth, VIP list; ``vrrp_wire.contract_problems``).
+length, checksum form, interval, auth, VIP list; ``vipd.lab.wire.contract_problems``).
 
 Timing theory (RFC 3768 / RFC 9568 §6.1, keepalived's ``VRRP_TIMER_SKEW_CALC``), for the
 backup's own priority p and the master's interval A: v2 Skew = (256 - p) / 256 s; v3 Skew =
@@ -52,7 +52,6 @@ from typing import Literal
 
 import pytest
 
-from tests.netns.vrrp_wire import Capture, WireAdvert, contract_problems, parse_frame
 from vipd.lab import faults
 from vipd.lab.daemons import (
     STATE_RE,
@@ -64,6 +63,7 @@ from vipd.lab.daemons import (
 )
 from vipd.lab.faults import NodeRig
 from vipd.lab.topology import Lab, vip_for
+from vipd.lab.wire import Capture, WireAdvert, contract_problems, parse_frame
 
 pytestmark = pytest.mark.netns
 

@@ -160,7 +160,7 @@ class Daemon(ABC):
         if proc is None or proc.poll() is not None:
             self._close_log()
             return proc.returncode if proc is not None else None
-        targets = [proc.pid, *_descendants(proc.pid)] if sig == signal.SIGKILL else [proc.pid]
+        targets = [proc.pid, *descendants(proc.pid)] if sig == signal.SIGKILL else [proc.pid]
         for pid in targets:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
@@ -169,7 +169,7 @@ class Daemon(ABC):
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            for pid in [proc.pid, *_descendants(proc.pid)]:
+            for pid in [proc.pid, *descendants(proc.pid)]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             code = proc.wait(timeout=5.0)
@@ -396,7 +396,7 @@ def make_fleet(kind: DaemonKind, lab: Lab, spec: VrrpSpec) -> Fleet:
     return Fleet(kind, spec, {n.name: make_daemon(kind, lab, n, spec) for n in lab.nodes})
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """All descendants of ``pid``, from /proc (children first found, then theirs)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
