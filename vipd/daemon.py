@@ -3,10 +3,11 @@
 What it is: the driver that glues the pure core to the host. It feeds the VRRP state machine
 with time.monotonic() and the adverts from the transport, executes the actions the
 machine returns (send an advert, become leader, step down, re-announce), and hands roles to the
-controller, which converges the VIP. Signal handlers only set an event. On SIGTERM/SIGINT:
-stop electing (priority-0 advert, RFC 9568 §6.4.3 "Shutdown"), remove the VIP, close the
-sockets, exit 0 (each step is one bounded kernel call). On a crash: the same ordered cleanup,
-exit 1.
+controller, which converges the VIP. It also watches the interface: down is a Shutdown
+event, up a Startup event (RFC 9568 §6.4). Signal handlers only set an event. On
+SIGTERM/SIGINT: stop electing (priority-0 advert, RFC 9568 §6.4.3), keep the VIP until the
+successor is heard or no successor can still come (make-before-break, bounded), remove it,
+close the sockets, exit 0. On a crash: the same ordered cleanup, exit 1.
 
 What it must not do: decide anything itself (``vrrp.state`` decides), decode packets
 (``vrrp.packet``), or let a malformed packet from the wire raise into the loop: every decode
