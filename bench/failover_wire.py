@@ -45,7 +45,7 @@ import select
 import struct
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,14 +54,13 @@ from vipd.lab.runner import Round
 from vipd.lab.topology import VIP4, VIP6, Lab
 
 # The lab's VRRP decoder, shared with the interop tests.
-from vipd.lab.wire import WireAdvert, parse_frame
+from vipd.lab.wire import WireAdvert, iter_pcap, parse_frame
 
 ETH_ARP = 0x0806
 ETH_IPV6 = 0x86DD
 ETH_VLAN = 0x8100
 ICMPV6 = 58
 ND_NEIGHBOR_ADVERT = 136
-LINKTYPE_ETHERNET = 1
 CAPTURE_FILTER = "ip proto 112 or arp or icmp6"
 OFFSET_READS = 9
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -195,28 +194,6 @@ class Announce:
     mac: str
     address: IPAddress
     kind: str  # "garp-request", "garp-reply" or "na"
-
-
-def iter_pcap(path: Path) -> Iterator[tuple[float, bytes]]:
-    """(timestamp, Ethernet frame) of every record of a classic pcap file."""
-    data = path.read_bytes()
-    magic = data[:4]
-    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
-        endian = "<"
-    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
-        endian = ">"
-    else:
-        raise ValueError(f"{path}: not a pcap file (magic {magic.hex()})")
-    scale = 1e9 if magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") else 1e6
-    if struct.unpack(endian + "I", data[20:24])[0] != LINKTYPE_ETHERNET:
-        raise ValueError(f"{path}: not an Ethernet capture")
-    off = 24
-    while off + 16 <= len(data):
-        sec, frac, incl, _orig = struct.unpack(endian + "IIII", data[off : off + 16])
-        if off + 16 + incl > len(data):
-            return  # a record cut short by the end of the capture
-        yield sec + frac / scale, data[off + 16 : off + 16 + incl]
-        off += 16 + incl
 
 
 def _mac(b: bytes) -> str:

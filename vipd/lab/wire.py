@@ -23,6 +23,7 @@ import select
 import struct
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,14 +146,18 @@ def parse_frame(ts: float, sender: str, frame: bytes) -> WireAdvert | None:
     return None
 
 
-def read_pcap(path: Path, sender: str) -> list[WireAdvert]:
-    """Every VRRP advert in a (possibly still growing) classic pcap file."""
+def iter_pcap(path: Path) -> Iterator[tuple[float, bytes]]:
+    """(timestamp, Ethernet frame) of every whole record of a classic pcap file.
+
+    A file that is missing or has no header yet yields nothing; a last record that tcpdump is
+    still writing is left out.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return []
+        return
     if len(data) < 24:
-        return []
+        return
     magic = data[:4]
     if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
         endian = "<"
@@ -160,19 +165,23 @@ def read_pcap(path: Path, sender: str) -> list[WireAdvert]:
         endian = ">"
     else:
         raise ValueError(f"{path}: not a pcap file (magic {magic.hex()})")
-    nano = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+    scale = 1e9 if magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") else 1e6
     linktype = struct.unpack(endian + "I", data[20:24])[0]
     if linktype != LINKTYPE_ETHERNET:
         raise ValueError(f"{path}: link type {linktype}, expected Ethernet")
-    out: list[WireAdvert] = []
     off = 24
     while off + 16 <= len(data):
         sec, frac, incl, _orig = struct.unpack(endian + "IIII", data[off : off + 16])
         if off + 16 + incl > len(data):
-            break  # the record tcpdump is writing right now
-        frame = data[off + 16 : off + 16 + incl]
+            return
+        yield sec + frac / scale, data[off + 16 : off + 16 + incl]
         off += 16 + incl
-        ts = sec + frac / (1e9 if nano else 1e6)
+
+
+def read_pcap(path: Path, sender: str) -> list[WireAdvert]:
+    """Every VRRP advert in a (possibly still growing) classic pcap file."""
+    out: list[WireAdvert] = []
+    for ts, frame in iter_pcap(path):
         advert = parse_frame(ts, sender, frame)
         if advert is not None:
             out.append(advert)
