@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -59,7 +59,8 @@ class ControllerStats:
     vip_added: int = 0
     vip_removed: int = 0
     resync_repairs: int = 0
-    takeovers: list[Takeover] = field(default_factory=list)
+    takeovers: int = 0
+    last_takeover: Takeover | None = None
 
 
 class Controller:
@@ -170,7 +171,8 @@ class Controller:
         fields: dict[str, object] = {"vip": self.address.vip}
         if takeover is not None:
             takeover.bound, takeover.announced = bound, announced
-            self.stats.takeovers.append(takeover)
+            self.stats.takeovers += 1
+            self.stats.last_takeover = takeover
             self._pending_takeover = None
             fields["decision_to_bound_ms"] = round((bound - takeover.decided) * 1e3, 3)
             fields["decision_to_garp_ms"] = round((announced - takeover.decided) * 1e3, 3)
