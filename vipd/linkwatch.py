@@ -19,6 +19,9 @@ import socket
 import struct
 from collections.abc import Callable
 
+from vipd import netlink
+from vipd.netlink import HEADER
+
 RTMGRP_LINK = 0x1
 RTM_NEWLINK = 16
 RTM_DELLINK = 17
@@ -28,7 +31,6 @@ IFF_UP = 0x1
 IFF_RUNNING = 0x40
 IFF_LOWER_UP = 0x10000
 
-_NLMSGHDR = struct.Struct("=IHHII")
 # struct ifinfomsg { u8 family; u8 pad; u16 type; s32 index; u32 flags; u32 change; }
 _IFINFOMSG = struct.Struct("=BBHiII")
 
@@ -43,18 +45,11 @@ def parse_link_events(data: bytes, ifindex: int) -> list[bool]:
     A deleted interface reads as down.
     """
     states: list[bool] = []
-    offset = 0
-    while offset + _NLMSGHDR.size + _IFINFOMSG.size <= len(data):
-        length, msg_type, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, offset)
-        if length < _NLMSGHDR.size:
-            break
-        if msg_type in (RTM_NEWLINK, RTM_DELLINK):
-            _fam, _pad, _type, index, flags, _change = _IFINFOMSG.unpack_from(
-                data, offset + _NLMSGHDR.size
-            )
+    for msg_type, _seq, msg in netlink.messages(data):
+        if msg_type in (RTM_NEWLINK, RTM_DELLINK) and len(msg) >= HEADER.size + _IFINFOMSG.size:
+            _fam, _pad, _type, index, flags, _change = _IFINFOMSG.unpack_from(msg, HEADER.size)
             if index == ifindex:
                 states.append(msg_type == RTM_NEWLINK and is_up(flags))
-        offset += (length + 3) & ~3
     return states
 
 
@@ -76,7 +71,7 @@ class LinkWatch:
     def _query(self) -> bool:
         """Ask the kernel for the link now (blocking, once, at start)."""
         request = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, self.ifindex, 0, 0)
-        header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), RTM_GETLINK, NLM_F_REQUEST, 1, 0)
+        header = HEADER.pack(HEADER.size + len(request), RTM_GETLINK, NLM_F_REQUEST, 1, 0)
         self.sock.settimeout(2.0)
         self.sock.send(header + request)
         while True:

@@ -13,6 +13,7 @@ PURE = [
     "vrrp/state.py",
     "config.py",
     "neighbor.py",
+    "netlink.py",
     "lab/analysis.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import errno
 import socket
-import struct
 from enum import Enum
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any
+
+from vipd import netlink
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -33,9 +34,6 @@ IFA_F_NODAD = 0x02
 IFA_F_DEPRECATED = 0x20
 INFINITY_LIFE_TIME = 0xFFFFFFFF
 
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-_NLMSGHDR = struct.Struct("=IHHII")
 _RECV_SIZE = 1 << 16
 
 
@@ -135,16 +133,11 @@ class AddressActuator:
     def _request(self, message: bytes) -> int:
         """Send a request and return the kernel's errno (0 = done)."""
         self.sock.send(message)
-        seq = _NLMSGHDR.unpack_from(message)[3]
+        seq = netlink.HEADER.unpack_from(message)[3]
         while True:
-            data = self.sock.recv(_RECV_SIZE)
-            offset = 0
-            while offset + _NLMSGHDR.size <= len(data):
-                length, msg_type, _flags, msg_seq, _pid = _NLMSGHDR.unpack_from(data, offset)
-                if msg_type == NLMSG_ERROR and msg_seq == seq:
-                    code: int = struct.unpack_from("=i", data, offset + _NLMSGHDR.size)[0]
-                    return -code
-                offset += max(length, _NLMSGHDR.size)
+            for msg_type, msg_seq, msg in netlink.messages(self.sock.recv(_RECV_SIZE)):
+                if msg_type == netlink.NLMSG_ERROR and msg_seq == seq:
+                    return netlink.error_code(msg)
 
     def observe(self) -> bool:
         """Is the VIP bound to the interface now?"""
@@ -153,22 +146,18 @@ class AddressActuator:
         self.sock.send(self._dump_msg)
         found = False
         while True:
-            data = self.sock.recv(_RECV_SIZE)
-            offset = 0
-            while offset + _NLMSGHDR.size <= len(data):
-                length, msg_type, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, offset)
-                if msg_type == NLMSG_DONE:
+            for msg_type, _seq, raw in netlink.messages(self.sock.recv(_RECV_SIZE)):
+                if msg_type == netlink.NLMSG_DONE:
                     return found
-                if msg_type == NLMSG_ERROR:
-                    code = -struct.unpack_from("=i", data, offset + _NLMSGHDR.size)[0]
+                if msg_type == netlink.NLMSG_ERROR:
+                    code = netlink.error_code(raw)
                     raise NetlinkError(code, f"address dump failed: {errno.errorcode.get(code)}")
-                msg = ifaddrmsg(data[offset : offset + length])
+                msg = ifaddrmsg(raw)
                 msg.decode()
                 if msg["index"] == self.ifindex and msg["prefixlen"] == self.prefixlen:
                     address = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
                     if address is not None and ip_address(address) == self.vip:
                         found = True
-                offset += max(length, _NLMSGHDR.size)
 
     def add(self) -> None:
         """Bind the VIP (idempotent)."""
