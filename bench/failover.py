@@ -1071,6 +1071,19 @@ def render_wire(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _boxes(ax: Any, positions: list[int], data: list[list[float]]) -> None:
+    """Box plots at ``positions`` for the non-empty series of ``data`` (one per position)."""
+    nonempty = [(p, d) for p, d in zip(positions, data, strict=True) if d]
+    if nonempty:
+        ax.boxplot(
+            [d for _, d in nonempty],
+            positions=[p for p, _ in nonempty],
+            widths=0.5,
+            showfliers=False,
+            medianprops={"color": "black"},
+        )
+
+
 def plot(doc: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -1103,15 +1116,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
                 data.append(vals)
             positions = list(range(1, len(DAEMONS) + 1))
             extra: list[float] = []  # phase-corrected outages, drawn beside the boxes
-            nonempty = [(p, d) for p, d in zip(positions, data, strict=True) if d]
-            if nonempty:
-                ax.boxplot(
-                    [d for _, d in nonempty],
-                    positions=[p for p, _ in nonempty],
-                    widths=0.5,
-                    showfliers=False,
-                    medianprops={"color": "black"},
-                )
+            _boxes(ax, positions, data)
             for k, (daemon, vals) in enumerate(zip(DAEMONS, data, strict=True)):
                 n = len(vals)
                 xs = [positions[k] + 0.3 * ((m / max(n - 1, 1)) - 0.5) for m in range(n)]
@@ -1198,15 +1203,7 @@ def plot_lateness(
         for daemon in DAEMONS
     ]
     positions = list(range(1, len(groups) + 1))
-    nonempty = [(p, g[2]) for p, g in zip(positions, groups, strict=True) if g[2]]
-    if nonempty:
-        ax.boxplot(
-            [d for _, d in nonempty],
-            positions=[p for p, _ in nonempty],
-            widths=0.5,
-            showfliers=False,
-            medianprops={"color": "black"},
-        )
+    _boxes(ax, positions, [g[2] for g in groups])
     for pos, (_fault, who, vals) in zip(positions, groups, strict=True):
         n = len(vals)
         xs = [pos + 0.3 * ((m / max(n - 1, 1)) - 0.5) for m in range(n)]
