@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from vipd.actuators.address import Op, plan
+
 
 class Address(Protocol):
     @property
@@ -139,10 +141,11 @@ class Controller:
         want = self.leader
         if resync:
             present = self.address.observe()
-            if present != want:
+            op = plan(present, want)
+            if op is not None:
                 if present != self.bound:
                     self.stats.resync_repairs += 1
-                what = "missing while leader: re-adding" if want else "present: removing"
+                what = "missing while leader: re-adding" if op is Op.ADD else "present: removing"
                 self.log.warning(f"VIP {what}", extra={"fields": {"vip": self.address.vip}})
             self.bound = present
         if want:

@@ -1,6 +1,7 @@
 """The VIP as a /32 (/128) address on the leader's interface, through netlink.
 
-What it is: an idempotent actuator, observe → plan → apply. The VIP is added with
+What it is: an idempotent actuator: ``observe``, ``plan`` (pure) and ``add``/``remove``, which
+the controller combines (it skips the observation on the takeover path). The VIP is added with
 ``preferred_lft 0`` (the kernel marks it IFA_F_DEPRECATED) so that the node never picks it as
 the source address of its own connections: a node that loses the VIP must not have open
 connections sourced from it, and the API server's clients must see the node's own address. IPv6
@@ -31,7 +32,6 @@ from vipd import netlink
 IPAddress = IPv4Address | IPv6Address
 
 IFA_F_NODAD = 0x02
-IFA_F_DEPRECATED = 0x20
 INFINITY_LIFE_TIME = 0xFFFFFFFF
 
 _RECV_SIZE = 1 << 16
@@ -173,15 +173,6 @@ class AddressActuator:
         if code:
             raise NetlinkError(code, f"removing {self.vip}: {errno.errorcode.get(code, code)}")
         return True
-
-    def converge(self, wanted: bool) -> bool:
-        """Observe, plan, apply; True when something changed."""
-        op = plan(self.observe(), wanted)
-        if op is Op.ADD:
-            self.add()
-        elif op is Op.REMOVE:
-            self.remove()
-        return op is not None
 
     def close(self) -> None:
         self.sock.close()
