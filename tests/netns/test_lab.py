@@ -204,10 +204,13 @@ def test_nft_random_loss_drops_about_n_percent(make_lab: Callable[..., Lab]) -> 
     start_responders(lab)
     move_vip(lab, None, lab.nodes[0], VIP4)
     chaos = Chaos(lab)
-    chaos.loss(30, src="c")
     prober = Prober(lab, VIP4, interval=0.002, timeout=0.2)
     prober.start()
     try:
+        # Resolve the VIP's MAC before the loss starts: a dropped ARP request would make the
+        # client wait a whole second (its retransmit time) and send almost nothing.
+        time.sleep(0.3)
+        chaos.loss(30, src="c")
         time.sleep(1.5)
     finally:
         prober.stop()
