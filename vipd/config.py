@@ -96,7 +96,16 @@ ENV_OVERRIDES: Mapping[str, tuple[str, Literal["str", "int", "float"]]] = {
 
 # Keys of features that are designed (shared/design.md) but not built. They are rejected like
 # any unknown key, with a hint, so that nobody believes a health gate or IPVS is running.
-_NOT_IMPLEMENTED = frozenset({"health", "ipvs", "metrics", "election.lease", "election.vrrp.vmac"})
+# One key per line: each lands with its own feature and leaves this list on its own line.
+_NOT_IMPLEMENTED = frozenset(
+    {
+        "health",
+        "ipvs",
+        "metrics",
+        "election.lease",
+        "election.vrrp.vmac",
+    }
+)
 
 
 class _Unset:
