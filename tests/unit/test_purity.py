@@ -15,6 +15,7 @@ PURE = [
     "neighbor.py",
     "netlink.py",
     "lab/analysis.py",
+    "lease/logic.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
 
