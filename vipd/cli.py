@@ -24,12 +24,25 @@ if TYPE_CHECKING:
 EXIT_CONFIG = 2
 
 
-def _load(path: str) -> tuple[Config, Preflight]:
-    """Config + preflight, or a one-line error and exit 2."""
+def _load(path: str | None) -> tuple[Config, Preflight]:
+    """Config + preflight, or a one-line error and exit 2.
+
+    Without ``--config`` the YAML text itself comes from ``$VIPD_CONFIG``: that is how the
+    rendered manifests carry one config to the static pod and the DaemonSet alike.
+    """
     from vipd import config, preflight
 
     try:
-        cfg = config.load(path, env=os.environ, hostname=socket.gethostname())
+        if path is None:
+            text = os.environ.get("VIPD_CONFIG", "")
+            if not text.strip():
+                raise config.ConfigError(
+                    "", "no config: pass --config FILE, or the YAML itself in $VIPD_CONFIG"
+                )
+            data = config.read_text(text, "$VIPD_CONFIG")
+            cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
+        else:
+            cfg = config.load(path, env=os.environ, hostname=socket.gethostname())
         pre = preflight.check_host(cfg, preflight.read_host())
     except config.ConfigError as exc:
         print(f"vipd: config error: {exc}", file=sys.stderr)
@@ -53,7 +66,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     v = cfg.election.vrrp
     peers = pre.unicast_peers
     mode = f"unicast to {', '.join(map(str, peers))}" if peers else "multicast"
-    print(f"config {args.config}: valid")
+    print(f"config {args.config or '$VIPD_CONFIG'}: valid")
     print(f"  node {cfg.node}, VIP {cfg.vip} on {pre.link.name} (source {pre.source})")
     print(
         f"  VRRPv{v.version} VRID {v.vrid} priority {v.priority} advert {v.advert_interval}s "
@@ -75,6 +88,43 @@ def cmd_lab(args: argparse.Namespace) -> int:
     return runner.run(args)
 
 
+def cmd_manifest(args: argparse.Namespace) -> int:
+    from vipd import config, manifest
+
+    opts = manifest.Options(
+        image=args.image,
+        namespace=args.namespace,
+        static_manifest=args.static_manifest,
+        adopt_timeout=args.adopt_timeout,
+        super_admin=args.super_admin,
+    )
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            data = config.read_text(f.read(), args.config)
+        plan = manifest.plan(data)
+        text = manifest.render(args.kind, plan, opts, source=os.path.basename(args.config))
+    except OSError as exc:
+        print(f"vipd: config error: {args.config}: cannot read it: {exc.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (config.ConfigError, manifest.ManifestError) as exc:
+        print(f"vipd: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if plan.dropped_node is not None:
+        print(
+            f"vipd manifest: node ({plan.dropped_node!r}) left out: every pod uses the name of "
+            "its node (NODE_NAME)",
+            file=sys.stderr,
+        )
+    sys.stdout.write(text)
+    return 0
+
+
+def cmd_adopt(args: argparse.Namespace) -> int:
+    from vipd import adopt
+
+    return adopt.adopt(args.manifest, args.listen, args.timeout, args.interval)
+
+
 def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
     """The parser; ``lab_arguments=False`` leaves out the lab's options, whose module pulls in
     the whole lab (on top of what the daemon loads anyway: ~2.3 MiB of RSS and tens of ms at
@@ -85,11 +135,15 @@ def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p_run = sub.add_parser("run", help="run the agent")
-    p_run.add_argument("--config", "-c", required=True, help="YAML config file")
+    p_run.add_argument(
+        "--config", "-c", help="YAML config file (default: the YAML text in $VIPD_CONFIG)"
+    )
     p_run.set_defaults(func=cmd_run)
 
     p_check = sub.add_parser("check", help="validate the config and run the preflight checks")
-    p_check.add_argument("--config", "-c", required=True, help="YAML config file")
+    p_check.add_argument(
+        "--config", "-c", help="YAML config file (default: the YAML text in $VIPD_CONFIG)"
+    )
     p_check.set_defaults(func=cmd_check)
 
     p_lab = sub.add_parser(
@@ -100,6 +154,59 @@ def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
 
         runner.add_arguments(p_lab)
     p_lab.set_defaults(func=cmd_lab)
+
+    from vipd import manifest as m  # constants only: no I/O, cheap
+
+    p_man = sub.add_parser(
+        "manifest",
+        help="print the static pod, DaemonSet or RBAC manifest for a config",
+        description="Render Kubernetes manifests from one vipd config, so the static pod and "
+        "the DaemonSet cannot drift apart.",
+    )
+    p_man.add_argument("kind", choices=m.KINDS)
+    p_man.add_argument("--config", "-c", required=True, help="YAML config file")
+    p_man.add_argument("--image", default=m.DEFAULT_IMAGE, help="vipd image (%(default)s)")
+    p_man.add_argument(
+        "--namespace", default=m.DEFAULT_NAMESPACE, help="pods' namespace (%(default)s)"
+    )
+    p_man.add_argument(
+        "--static-manifest",
+        default=m.DEFAULT_STATIC_MANIFEST,
+        help="the static pod's file on each node, which adopt removes (%(default)s)",
+    )
+    p_man.add_argument(
+        "--adopt-timeout",
+        type=float,
+        default=m.DEFAULT_ADOPT_TIMEOUT,
+        help="seconds adopt waits for the static vipd (%(default)s)",
+    )
+    p_man.add_argument(
+        "--super-admin",
+        action="store_true",
+        help="Lease mode, static pod on the `kubeadm init` node of Kubernetes >= 1.29: mount "
+        "super-admin.conf (switch back to admin.conf after init)",
+    )
+    p_man.set_defaults(func=cmd_manifest)
+
+    p_adopt = sub.add_parser(
+        "adopt",
+        help="remove the static pod's manifest and wait until it released the metrics port",
+    )
+    p_adopt.add_argument(
+        "--manifest", default=m.DEFAULT_STATIC_MANIFEST, help="static manifest (%(default)s)"
+    )
+    p_adopt.add_argument(
+        "--listen",
+        default=m.DEFAULT_METRICS_LISTEN,
+        help="vipd's metrics.listen, the per-node lock (%(default)s)",
+    )
+    p_adopt.add_argument(
+        "--timeout", type=float, default=m.DEFAULT_ADOPT_TIMEOUT, help="seconds (%(default)s)"
+    )
+    p_adopt.add_argument(
+        "--interval", type=float, default=0.25, help="seconds between checks (%(default)s)"
+    )
+    p_adopt.set_defaults(func=cmd_adopt)
 
     p_version = sub.add_parser("version", help="print the version")
     p_version.set_defaults(func=cmd_version)

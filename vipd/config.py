@@ -248,6 +248,13 @@ def load(path: str, env: Mapping[str, str] | None = None, hostname: str | None =
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ConfigError("", f"cannot read the config file: {reason}", file=path) from None
+    return parse(read_text(text, path), env, hostname)
+
+
+def read_text(text: str, name: str) -> object:
+    """YAML text → data, with the checks of `load` (duplicate keys, syntax) and errors naming
+    ``name`` (a path, or ``$VIPD_CONFIG`` for a config passed in the environment)."""
+    path = name
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: safe
     except yaml.MarkedYAMLError as e:
@@ -257,7 +264,7 @@ def load(path: str, env: Mapping[str, str] | None = None, hostname: str | None =
         raise ConfigError("", f"invalid YAML: {problem}", file=path, line=line) from None
     except yaml.YAMLError as e:
         raise ConfigError("", f"invalid YAML: {e}", file=path) from None
-    return parse(data, env, hostname)
+    return data
 
 
 def parse(

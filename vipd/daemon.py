@@ -28,6 +28,7 @@ from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
 from vipd import log as vlog
+from vipd import sdnotify
 from vipd.actuators.address import AddressActuator
 from vipd.actuators.announce import Announcer
 from vipd.config import Config
@@ -327,6 +328,7 @@ class VrrpInstance:
                     }
                 },
             )
+            sdnotify.notify("READY=1")  # in the election (or waiting for its link)
             # Everything allocated so far lives as long as the process: move it out of the
             # collector's sight, so a collection never walks pyroute2's import-time objects
             # in the middle of a takeover.
@@ -386,6 +388,7 @@ class VrrpInstance:
         costs them next to nothing instead of a whole Skew_Time.
         """
         loop = asyncio.get_running_loop()
+        sdnotify.notify("STOPPING=1")
         if self._timer is not None:
             self._timer.cancel()
         was_active = self.machine.state is state.State.ACTIVE

@@ -16,6 +16,7 @@ PURE = [
     "netlink.py",
     "lab/analysis.py",
     "lease/logic.py",
+    "manifest.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
 

@@ -1,0 +1,283 @@
+"""`vipd manifest`: the committed examples match the generator, validate against a current
+Kubernetes schema, and carry the guarantees the handover depends on (capabilities, probes,
+tolerations, update strategy, the adopt init container, RBAC limited to one Lease)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from vipd import config, manifest
+from vipd.vrrp import state
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+# The newest schema kubernetes-validate ships; strict: unknown fields are errors too.
+K8S_VERSION = kubernetes_validate.latest_version()
+
+# (committed file, source config, extra CLI arguments)
+EXAMPLES = [
+    ("vrrp/pod.yaml", "vipd.yaml", ["pod"]),
+    ("vrrp/daemonset.yaml", "vipd.yaml", ["daemonset"]),
+    ("vrrp/rbac.yaml", "vipd.yaml", ["rbac"]),
+    ("lease/pod.yaml", "vipd-lease.yaml", ["pod"]),
+    ("lease/pod-super-admin.yaml", "vipd-lease.yaml", ["pod", "--super-admin"]),
+    ("lease/daemonset.yaml", "vipd-lease.yaml", ["daemonset"]),
+    ("lease/rbac.yaml", "vipd-lease.yaml", ["rbac"]),
+]
+
+
+def vipd(*args: str, cwd: Path = MANIFESTS) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vipd", *args], capture_output=True, text=True, cwd=cwd, check=False
+    )
+
+
+def docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    return docs((MANIFESTS / name).read_text())
+
+
+def one(name: str) -> dict[str, Any]:
+    (obj,) = load(name)
+    return obj
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
+    assert isinstance(spec, dict)
+    return spec
+
+
+def main_container(obj: dict[str, Any]) -> dict[str, Any]:
+    (c,) = pod_spec(obj)["containers"]
+    assert isinstance(c, dict) and c["name"] == "vipd"
+    return c
+
+
+def env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize(("committed", "source", "args"), EXAMPLES)
+def test_committed_example_is_what_the_generator_prints(
+    committed: str, source: str, args: list[str]
+) -> None:
+    out = vipd("manifest", *args, "--config", source)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (MANIFESTS / committed).read_text(), (
+        f"manifests/{committed} is stale: run scripts/render-manifests"
+    )
+
+
+@pytest.mark.parametrize("committed", [e[0] for e in EXAMPLES])
+def test_example_validates_against_the_kubernetes_schema(committed: str) -> None:
+    for obj in load(committed):
+        # Raises ValidationError naming the field on a schema violation.
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_the_schema_check_catches_a_broken_object() -> None:
+    obj = one("vrrp/daemonset.yaml")
+    pod_spec(obj)["tolerations"] = [{"operator": "Exists", "tolerationSeconds": "forever"}]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    obj = one("vrrp/pod.yaml")
+    obj["spec"]["hostNetwrok"] = True  # strict: an unknown field is an error
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    "committed",
+    ["vrrp/pod.yaml", "vrrp/daemonset.yaml", "lease/pod.yaml", "lease/daemonset.yaml"],
+)
+def test_vipd_container_has_only_the_two_capabilities_and_its_probes(committed: str) -> None:
+    obj = one(committed)
+    spec = pod_spec(obj)
+    assert spec["hostNetwork"] is True
+    assert spec["priorityClassName"] == "system-node-critical"
+    c = main_container(obj)
+    ctx = c["securityContext"]
+    assert ctx["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]}
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert "privileged" not in ctx
+    assert c["ports"] == [{"name": "metrics", "containerPort": 2112, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for probe in (c["livenessProbe"], c["readinessProbe"]):
+        assert probe["httpGet"]["port"] == 2112
+    assert env(c)["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert c["args"] == ["run"]
+
+
+@pytest.mark.parametrize("mode", ["vrrp", "lease"])
+def test_daemonset_hands_over_from_the_static_pod(mode: str) -> None:
+    ds = one(f"{mode}/daemonset.yaml")
+    static = one(f"{mode}/pod.yaml")
+    spec = pod_spec(ds)
+    strategy = ds["spec"]["updateStrategy"]
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
+    # Tolerates every taint: one toleration with operator Exists and no key or effect.
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term == {
+        "matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]
+    }
+    pull, adopt = spec["initContainers"]
+    main = main_container(ds)
+    assert pull["name"] == "pull" and adopt["name"] == "adopt"
+    assert pull["image"] == adopt["image"] == main["image"] == main_container(static)["image"]
+    # adopt removes the static manifest from a directory mount, never a single-file one.
+    (vol,) = [v for v in spec["volumes"] if v["name"] == "manifests"]
+    assert vol["hostPath"] == {"path": "/etc/kubernetes/manifests", "type": "Directory"}
+    assert adopt["volumeMounts"] == [
+        {"name": "manifests", "mountPath": "/etc/kubernetes/manifests"}
+    ]
+    args = adopt["args"]
+    assert args[0] == "adopt"
+    assert args[args.index("--manifest") + 1] == "/etc/kubernetes/manifests/vipd.yaml"
+    assert args[args.index("--listen") + 1] == "0.0.0.0:2112"
+    assert float(args[args.index("--timeout") + 1]) == 120
+    for init in (pull, adopt):
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # The same capabilities, identity and election as the static pod.
+    assert main["securityContext"] == main_container(static)["securityContext"]
+    assert env(main)["NODE_NAME"] == env(main_container(static))["NODE_NAME"]
+    ds_cfg = yaml.safe_load(env(main)["VIPD_CONFIG"])
+    static_cfg = yaml.safe_load(env(main_container(static))["VIPD_CONFIG"])
+    if mode == "vrrp":
+        assert ds_cfg == static_cfg
+        assert spec["automountServiceAccountToken"] is False
+        assert "serviceAccountName" not in spec
+    else:
+        # Same Lease; only how the API is reached differs (kubeconfig vs ServiceAccount).
+        static_lease = dict(static_cfg["election"]["lease"])
+        assert static_lease.pop("kubeconfig") == "/etc/kubernetes/admin.conf"
+        assert ds_cfg["election"]["lease"] == static_lease
+        assert {k: v for k, v in ds_cfg.items() if k != "election"} == {
+            k: v for k, v in static_cfg.items() if k != "election"
+        }
+        assert spec["serviceAccountName"] == "vipd"
+        assert env(main)["KUBERNETES_SERVICE_HOST"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+
+
+def test_lease_static_pod_mounts_admin_conf_or_super_admin_conf() -> None:
+    for name, host_path in [
+        ("lease/pod.yaml", "/etc/kubernetes/admin.conf"),
+        ("lease/pod-super-admin.yaml", "/etc/kubernetes/super-admin.conf"),
+    ]:
+        obj = one(name)
+        assert pod_spec(obj)["volumes"] == [
+            {"name": "kubeconfig", "hostPath": {"path": host_path, "type": "File"}}
+        ]
+        # Inside the container it is admin.conf either way; switching back is one sed.
+        assert main_container(obj)["volumeMounts"] == [
+            {"name": "kubeconfig", "mountPath": "/etc/kubernetes/admin.conf", "readOnly": True}
+        ]
+    text = (MANIFESTS / "lease/pod-super-admin.yaml").read_text()
+    assert "s#/etc/kubernetes/super-admin.conf#/etc/kubernetes/admin.conf#" in text
+    # VRRP mode reads no kubeconfig at all.
+    assert "volumes" not in pod_spec(one("vrrp/pod.yaml"))
+    assert "volumeMounts" not in main_container(one("vrrp/pod.yaml"))
+
+
+def test_rbac_may_only_get_and_update_its_own_lease_and_create_one() -> None:
+    sa, role, binding = load("lease/rbac.yaml")
+    assert (sa["kind"], sa["metadata"]["name"]) == ("ServiceAccount", "vipd")
+    assert role["kind"] == "Role"  # namespaced: no ClusterRole
+    by_verb: dict[str, list[dict[str, Any]]] = {}
+    for rule in role["rules"]:
+        assert rule["apiGroups"] == ["coordination.k8s.io"]
+        assert rule["resources"] == ["leases"]
+        for verb in rule["verbs"]:
+            by_verb.setdefault(verb, []).append(rule)
+    assert sorted(by_verb) == ["create", "get", "update"]
+    for verb in ("get", "update"):
+        assert all(r.get("resourceNames") == ["vipd-cp-lock"] for r in by_verb[verb])
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "vipd",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "vipd", "namespace": "kube-system"}
+    ]
+    # VRRP: nothing at all.
+    assert load("vrrp/rbac.yaml") == []
+
+
+def test_embedded_config_is_the_users_config_without_node(tmp_path: Path) -> None:
+    src = tmp_path / "vipd.yaml"
+    src.write_text(
+        "node: cp-1\nvip: 10.0.0.100\ninterface: eth0\n"
+        "election: {vrrp: {vrid: 7, priority: 120, advert_interval: 0.5, unicast_peers: "
+        "[10.0.0.11, 10.0.0.12]}}\ngarp: {repeat: 3}\n"
+    )
+    out = vipd("manifest", "pod", "--config", str(src))
+    assert out.returncode == 0, out.stderr
+    assert "node ('cp-1') left out" in out.stderr
+    c = main_container(docs(out.stdout)[0])
+    embedded = config.parse(yaml.safe_load(env(c)["VIPD_CONFIG"]), env={"NODE_NAME": "cp-2"})
+    original = config.load(str(src), env={"VIPD_NODE": "cp-2"})
+    assert embedded == original
+
+
+def test_grace_period_outlasts_the_longest_graceful_stop() -> None:
+    # The slowest stop vipd allows: VRRPv3 at the longest advert interval.
+    data = {"vip": "10.0.0.100", "election": {"vrrp": {"vrid": 1, "advert_interval": 40.95}}}
+    p = manifest.plan(data)
+    deadline = state.skew_time(3, 1, 4095) + 40.95
+    assert p.stop_deadline_s == pytest.approx(deadline)
+    assert manifest.grace_period(p) > deadline
+    assert manifest.grace_period(manifest.plan({**data, "election": {"vrrp": {"vrid": 1}}})) == 30
+
+
+def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    src = tmp_path / "bad.yaml"
+    src.write_text("vip: api.example.com\nelection: {vrrp: {vrid: 51}}\n")
+    out = vipd("manifest", "daemonset", "--config", str(src))
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("vipd: config error: vip:")
+    out = vipd("manifest", "pod", "--super-admin", "--config", "vipd.yaml")
+    assert out.returncode == 2 and "--super-admin" in out.stderr
+
+
+def test_loopback_metrics_endpoint_is_probed_on_loopback() -> None:
+    p = manifest.plan({"vip": "10.0.0.100", "election": {"vrrp": {"vrid": 1}}})
+    p = dataclasses.replace(p, listen_host="127.0.0.1")
+    c = main_container(manifest.pod(p, manifest.Options()))
+    assert c["livenessProbe"]["httpGet"]["host"] == "127.0.0.1"
+
+
+def test_vipd_reads_the_config_from_the_environment_as_the_pods_do() -> None:
+    c = main_container(one("vrrp/daemonset.yaml"))
+    base = {"PATH": "/usr/bin:/bin", "NODE_NAME": "cp-2"}
+    run = [sys.executable, "-m", "vipd", "check"]
+    bad = subprocess.run(
+        run, env={**base, "VIPD_CONFIG": "vip: [\n"}, capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("vipd: config error: $VIPD_CONFIG")
+    none = subprocess.run(run, env=base, capture_output=True, text=True, check=False)
+    assert none.returncode == 2 and "$VIPD_CONFIG" in none.stderr
+    # The embedded config itself is valid (the host check may still fail here: no 10.0.0.0/24).
+    data = config.read_text(env(c)["VIPD_CONFIG"], "$VIPD_CONFIG")
+    assert config.parse(data, env={"NODE_NAME": "cp-2"}).node == "cp-2"

@@ -1,0 +1,518 @@
+"""Kubernetes manifests for vipd, rendered from one config: static pod, DaemonSet, RBAC.
+
+What it is: pure functions from a vipd config (the YAML mapping a user wrote, validated here
+with ``vipd.config``) to Kubernetes objects as plain dicts, and to YAML text. The static pod
+that bootstraps the VIP before ``kubeadm init`` and the DaemonSet that takes over later are
+rendered from the *same* config, so they cannot drift apart (the kube-vip procedure in
+``seeds/control-plane-vip-kube-vip-handover`` keeps an inventory and a daemonset.yaml "in
+step" by hand). The config travels inside the manifest, in ``$VIPD_CONFIG`` (``vipd run``
+reads it when ``--config`` is not given), without its ``node`` key: every pod takes its
+identity from ``spec.nodeName`` through the downward API (``NODE_NAME``).
+
+What the objects guarantee (asserted in tests/unit/test_manifest.py):
+
+- both pods: ``hostNetwork``, capabilities NET_ADMIN and NET_RAW only (drop ALL), no
+  privilege escalation, a read-only root filesystem, priority class system-node-critical,
+  the metrics port, liveness on ``/healthz`` and readiness on ``/readyz`` of vipd's own
+  endpoint, and a termination grace period longer than vipd's stop deadline (the
+  make-before-break wait, at most Skew_Time(priority 1) + one advert interval);
+- DaemonSet: a ``pull`` init container (the same image, so it is on the node before the
+  static pod goes away), an ``adopt`` init container (``vipd adopt``: delete the static
+  manifest, wait until the static instance released the metrics port), the manifests
+  directory mounted as a directory (a single-file hostPath is a bind mount and cannot be
+  removed), every taint tolerated, control-plane nodes only, ``maxUnavailable: 1`` and no
+  surge (an old and a new pod on one node would fight over the port and the election);
+- Lease mode: the static pod reads a kubeconfig by hostPath (``admin.conf``, or
+  ``super-admin.conf`` on the node that runs ``kubeadm init`` on Kubernetes >= 1.29, where
+  admin.conf only works once init has finished), the DaemonSet a ServiceAccount that may get
+  and update only its own Lease (``resourceNames``) and create Leases (``create`` cannot be
+  narrowed by name in RBAC); it talks to its own node's API server (KUBERNETES_SERVICE_HOST
+  is the host IP), so it does not need the VIP or a service proxy to start. VRRP mode needs
+  no API access: no RBAC, no token, no kubeconfig.
+
+What it must not do: read files, the environment or the clock (the caller passes the data;
+``tests/unit/test_purity.py`` enforces it), or emit anything the static pod and the
+DaemonSet could disagree on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml
+
+from vipd import __version__, config
+from vipd.vrrp import state
+
+Kind = Literal["pod", "daemonset", "rbac"]
+KINDS: tuple[Kind, ...] = ("pod", "daemonset", "rbac")
+
+DEFAULT_IMAGE = f"localhost/vipd:{__version__}"
+DEFAULT_NAMESPACE = "kube-system"
+MANIFESTS_DIR = "/etc/kubernetes/manifests"
+DEFAULT_STATIC_MANIFEST = f"{MANIFESTS_DIR}/vipd.yaml"
+DEFAULT_ADOPT_TIMEOUT = 120.0
+KUBECONFIG_IN_POD = "/etc/kubernetes/admin.conf"
+ADMIN_CONF = "/etc/kubernetes/admin.conf"
+SUPER_ADMIN_CONF = "/etc/kubernetes/super-admin.conf"
+DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
+NAME = "vipd"
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+# Lease defaults (client-go's 15/10/2 s, kube-vip's since v1.1.0); names as in the config.
+LEASE_DEFAULTS: Mapping[str, Any] = {
+    "name": "vipd-cp-lock",
+    "namespace": "kube-system",
+}
+# Added to vipd's own stop deadline for the grace period: Python's exit, the kubelet's
+# bookkeeping. Kubernetes' default grace period (30 s) is the floor.
+GRACE_MARGIN_S = 10
+# Lease mode's stop is one release request (an update of the Lease) under its own timeout.
+LEASE_STOP_S = 10.0
+MIN_GRACE_S = 30
+
+
+class ManifestError(ValueError):
+    """A config or option the manifests cannot be rendered from; ``str()`` is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    image: str = DEFAULT_IMAGE
+    namespace: str = DEFAULT_NAMESPACE  # where the pods and the ServiceAccount live
+    static_manifest: str = DEFAULT_STATIC_MANIFEST  # the static pod's file on each node
+    adopt_timeout: float = DEFAULT_ADOPT_TIMEOUT
+    super_admin: bool = False  # static pod on the `kubeadm init` node, Kubernetes >= 1.29
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The Lease the pods share; names as under ``election.lease`` in the config."""
+
+    name: str
+    namespace: str
+    kubeconfig: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the manifests are made of, derived once from the config."""
+
+    config_text: str  # the YAML in $VIPD_CONFIG (the user's config without `node`)
+    mode: Literal["vrrp", "lease"]
+    lease: Lease | None
+    listen_host: str
+    listen_port: int
+    stop_deadline_s: float
+    dropped_node: str | None  # `node` from the file, which the manifests must not carry
+
+
+# -- from the config -------------------------------------------------------------------------
+
+
+def plan(data: object) -> Plan:
+    """Validate the config data (as read from YAML) and derive what the manifests need.
+
+    Raises `config.ConfigError` for an invalid config, `ManifestError` for one that cannot
+    run in a pod.
+    """
+    if not isinstance(data, Mapping):
+        data = {} if data is None else data
+    if not isinstance(data, Mapping):
+        raise config.ConfigError("", "must be a mapping of keys to values")
+    raw = dict(data)
+    dropped = raw.pop("node", None)
+    election = raw.get("election") or {}
+    mode = str(election.get("mode", "vrrp")) if isinstance(election, Mapping) else "vrrp"
+    lease = _lease(election) if mode == "lease" else None
+    cfg = _validate(raw, lease is not None)
+    listen = _metrics_listen(cfg, raw)
+    host, port = _split_listen(listen)
+    return Plan(
+        config_text=yaml.safe_dump(raw, sort_keys=False, default_flow_style=False),
+        mode="lease" if mode == "lease" else "vrrp",
+        lease=lease,
+        listen_host=host,
+        listen_port=port,
+        stop_deadline_s=_stop_deadline(cfg),
+        dropped_node=str(dropped) if dropped is not None else None,
+    )
+
+
+def _validate(raw: Mapping[str, Any], lease: bool) -> config.Config:
+    """The config as vipd will see it, with a stand-in identity (a pod's comes from
+    NODE_NAME)."""
+    env = {"NODE_NAME": "node-from-downward-api"}
+    if lease and not hasattr(config, "Lease"):
+        # This vipd's config has no Lease section yet: everything but the election is
+        # checked by the real parser, the Lease's names by _lease().
+        stand_in = {**raw, "election": {"mode": "vrrp", "vrrp": {"vrid": 1}}}
+        return config.parse(stand_in, env=env, hostname=None)
+    return config.parse(raw, env=env, hostname=None)
+
+
+def _lease(election: Mapping[str, Any]) -> Lease:
+    sec = election.get("lease") or {}
+    if not isinstance(sec, Mapping):
+        raise ManifestError("election.lease: must be a mapping")
+    name = sec.get("name", LEASE_DEFAULTS["name"])
+    namespace = sec.get("namespace", LEASE_DEFAULTS["namespace"])
+    for key, value in (("name", name), ("namespace", namespace)):
+        if not isinstance(value, str) or not _dns1123(value, 253 if key == "name" else 63):
+            raise ManifestError(
+                f"election.lease.{key}: must be a Kubernetes object name (lower-case "
+                f"letters, digits, '-', '.'), got {value!r}"
+            )
+    kubeconfig = sec.get("kubeconfig")
+    return Lease(str(name), str(namespace), str(kubeconfig) if kubeconfig else None)
+
+
+def _dns1123(value: str, limit: int) -> bool:
+    if not 1 <= len(value) <= limit:
+        return False
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
+    return set(value) <= allowed and value[0].isalnum() and value[-1].isalnum()
+
+
+def _metrics_listen(cfg: config.Config, raw: Mapping[str, Any]) -> str:
+    metrics = getattr(cfg, "metrics", None)
+    listen = getattr(metrics, "listen", None)
+    if isinstance(listen, str):
+        return listen
+    sec = raw.get("metrics")
+    if isinstance(sec, Mapping) and isinstance(sec.get("listen"), str):
+        return str(sec["listen"])
+    return DEFAULT_METRICS_LISTEN
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ManifestError(f"metrics.listen: must be HOST:PORT (got {listen!r})") from None
+    return host.strip("[]") or "0.0.0.0", number
+
+
+def _stop_deadline(cfg: config.Config) -> float:
+    """vipd's longest graceful stop: the make-before-break wait of daemon.VrrpInstance."""
+    v = getattr(cfg.election, "vrrp", None)
+    if cfg.election.mode != "vrrp" or v is None:
+        return LEASE_STOP_S
+    return float(state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval)
+
+
+def grace_period(p: Plan) -> int:
+    return max(MIN_GRACE_S, math.ceil(p.stop_deadline_s) + GRACE_MARGIN_S)
+
+
+# -- the objects -----------------------------------------------------------------------------
+
+
+def _labels(component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": NAME,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/version": __version__,
+    }
+
+
+def _security_context(caps: bool) -> dict[str, Any]:
+    ctx: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    if caps:
+        # Raw sockets (VRRP, gratuitous ARP) and netlink (the VIP): nothing else. The
+        # process runs as root inside the container so that these two land in its
+        # effective set; every other capability is dropped.
+        ctx["capabilities"]["add"] = ["NET_ADMIN", "NET_RAW"]
+    return ctx
+
+
+def _probe(p: Plan, path: str, period: int, failures: int) -> dict[str, Any]:
+    get: dict[str, Any] = {"path": path, "port": p.listen_port, "scheme": "HTTP"}
+    if p.listen_host not in ("0.0.0.0", "::"):
+        # hostNetwork: the kubelet would probe the node's address, which a loopback-only
+        # endpoint does not answer.
+        get["host"] = p.listen_host
+    return {
+        "httpGet": get,
+        "periodSeconds": period,
+        "timeoutSeconds": 2,
+        "failureThreshold": failures,
+    }
+
+
+def _vipd_container(p: Plan, opts: Options, *, in_cluster: bool) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "VIPD_CONFIG", "value": p.config_text},
+    ]
+    if in_cluster:
+        # The ServiceAccount's client talks to this node's API server, not to the Service
+        # IP: it must work before the VIP and any service proxy exist (kube-vip #721).
+        env += [
+            {
+                "name": "KUBERNETES_SERVICE_HOST",
+                "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}},
+            },
+            {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
+        ]
+    container: dict[str, Any] = {
+        "name": NAME,
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["run"],
+        "env": env,
+        "ports": [{"name": "metrics", "containerPort": p.listen_port, "protocol": "TCP"}],
+        "livenessProbe": _probe(p, "/healthz", 10, 3),
+        "readinessProbe": _probe(p, "/readyz", 2, 1),
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
+        "securityContext": _security_context(caps=True),
+    }
+    if p.lease is not None and not in_cluster:
+        container["volumeMounts"] = [
+            {"name": "kubeconfig", "mountPath": KUBECONFIG_IN_POD, "readOnly": True}
+        ]
+    return container
+
+
+def _pod_config_for_static(p: Plan) -> Plan:
+    """The static pod reads the Lease through the kubeconfig mounted from the host."""
+    if p.lease is None:
+        return p
+    text = _with_kubeconfig(p.config_text, KUBECONFIG_IN_POD)
+    return _replace_text(p, text)
+
+
+def _pod_config_for_daemonset(p: Plan) -> Plan:
+    """The DaemonSet uses its ServiceAccount: no kubeconfig in its config."""
+    if p.lease is None:
+        return p
+    return _replace_text(p, _with_kubeconfig(p.config_text, None))
+
+
+def _with_kubeconfig(text: str, path: str | None) -> str:
+    data = yaml.safe_load(text)
+    lease = dict(data["election"].get("lease") or {})
+    if path is None:
+        lease.pop("kubeconfig", None)
+    else:
+        lease["kubeconfig"] = path
+    data["election"] = {**data["election"], "lease": lease}
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def _replace_text(p: Plan, text: str) -> Plan:
+    return dataclasses.replace(p, config_text=text)
+
+
+def pod(p: Plan, opts: Options) -> dict[str, Any]:
+    """The static pod, for ``/etc/kubernetes/manifests/vipd.yaml`` on each control-plane node."""
+    sp = _pod_config_for_static(p)
+    spec: dict[str, Any] = {
+        "hostNetwork": True,
+        "priorityClassName": "system-node-critical",
+        "terminationGracePeriodSeconds": grace_period(p),
+        "automountServiceAccountToken": False,
+        "containers": [_vipd_container(sp, opts, in_cluster=False)],
+    }
+    if p.lease is not None:
+        spec["volumes"] = [
+            {
+                "name": "kubeconfig",
+                "hostPath": {
+                    "path": SUPER_ADMIN_CONF if opts.super_admin else ADMIN_CONF,
+                    "type": "File",
+                },
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": NAME, "namespace": opts.namespace, "labels": _labels("static")},
+        "spec": spec,
+    }
+
+
+def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
+    dp = _pod_config_for_daemonset(p)
+    labels = _labels("daemonset")
+    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/component")}
+    manifests_mount = {"name": "manifests", "mountPath": MANIFESTS_DIR}
+    adopt = {
+        "name": "adopt",
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": [
+            "adopt",
+            "--manifest",
+            opts.static_manifest,
+            "--listen",
+            f"{_host_for_url(p.listen_host)}:{p.listen_port}",
+            "--timeout",
+            f"{opts.adopt_timeout:g}",
+        ],
+        "volumeMounts": [manifests_mount],
+        "securityContext": _security_context(caps=False),
+    }
+    pull = {
+        "name": "pull",
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["version"],
+        "securityContext": _security_context(caps=False),
+    }
+    spec: dict[str, Any] = {
+        "hostNetwork": True,
+        "priorityClassName": "system-node-critical",
+        "terminationGracePeriodSeconds": grace_period(p),
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": CONTROL_PLANE_LABEL, "operator": "Exists"}]}
+                    ]
+                }
+            }
+        },
+        # A NotReady or pressured control-plane node is when the VIP has to move.
+        "tolerations": [{"operator": "Exists"}],
+        "initContainers": [pull, adopt],
+        "containers": [_vipd_container(dp, opts, in_cluster=p.lease is not None)],
+        "volumes": [
+            {"name": "manifests", "hostPath": {"path": MANIFESTS_DIR, "type": "Directory"}}
+        ],
+    }
+    if p.lease is not None:
+        spec["serviceAccountName"] = NAME
+    else:
+        spec["automountServiceAccountToken"] = False
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": NAME, "namespace": opts.namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "updateStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+            },
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+
+
+def _host_for_url(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def rbac(p: Plan, opts: Options) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding for Lease mode; nothing for VRRP mode."""
+    if p.lease is None:
+        return []
+    labels = _labels("daemonset")
+    ns = p.lease.namespace
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": NAME, "namespace": opts.namespace, "labels": labels},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": NAME, "namespace": ns, "labels": labels},
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "resourceNames": [p.lease.name],
+                    "verbs": ["get", "update"],
+                },
+                {
+                    # The first holder creates the Lease; RBAC cannot narrow create by name.
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["create"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": NAME, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": opts.namespace}],
+        },
+    ]
+
+
+def objects(kind: Kind, p: Plan, opts: Options) -> list[dict[str, Any]]:
+    if opts.super_admin and (kind != "pod" or p.lease is None):
+        raise ManifestError(
+            "--super-admin: only for the static pod in Lease mode (it chooses the kubeconfig "
+            "the pod mounts; VRRP mode reads none)"
+        )
+    if kind == "pod":
+        return [pod(p, opts)]
+    if kind == "daemonset":
+        return [daemonset(p, opts)]
+    return rbac(p, opts)
+
+
+# -- text ------------------------------------------------------------------------------------
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, multi-line strings (the embedded config) as literal blocks, no anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def header(kind: Kind, p: Plan, opts: Options, source: str) -> str:
+    lines = [
+        f"# vipd {__version__}: {kind} rendered by `vipd manifest {kind}` from {source}.",
+        "# Do not edit: change the config and render again, so the static pod, the DaemonSet",
+        "# and the RBAC stay in step.",
+    ]
+    if kind == "pod":
+        lines.append(f"# Install as {opts.static_manifest} on every control-plane node.")
+        if p.lease is not None:
+            conf = SUPER_ADMIN_CONF if opts.super_admin else ADMIN_CONF
+            lines.append(f"# kubeconfig from the host: {conf}.")
+            if opts.super_admin:
+                lines += [
+                    "# For the node that runs `kubeadm init` (Kubernetes >= 1.29). Once init has",
+                    "# finished, switch back to admin.conf:",
+                    f"#   sed -i 's#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#' {opts.static_manifest}",
+                ]
+    if kind == "rbac" and p.lease is None:
+        lines.append(
+            "# election.mode is vrrp: vipd uses no Kubernetes API, so there is nothing to apply."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render(kind: Kind, p: Plan, opts: Options, source: str) -> str:
+    """The manifest as YAML text: a header comment, then one document per object."""
+    docs = objects(kind, p, opts)
+    body = "".join(
+        "---\n" + yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+        for obj in docs
+    )
+    return header(kind, p, opts, source) + body
