@@ -17,6 +17,7 @@ PURE = [
     "lab/analysis.py",
     "lease/logic.py",
     "manifest.py",
+    "ipvs/plan.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
 
