@@ -44,10 +44,24 @@ def _load(path: str | None) -> tuple[Config, Preflight]:
         else:
             cfg = config.load(path, env=os.environ, hostname=socket.gethostname())
         pre = preflight.check_host(cfg, preflight.read_host())
+        _check_ca_file(cfg)
     except config.ConfigError as exc:
         print(f"vipd: config error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     return cfg, pre
+
+
+def _check_ca_file(cfg: Config) -> None:
+    """health.ca_file must load as CA certificates (checked at start, like the interface)."""
+    if cfg.health is None or cfg.health.ca_file is None:
+        return
+    from vipd import config
+    from vipd.health.checker import make_ssl_context
+
+    try:
+        make_ssl_context(cfg.health.ca_file)
+    except ValueError as exc:
+        raise config.ConfigError("health.ca_file", str(exc)) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -72,6 +86,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"  VRRPv{v.version} VRID {v.vrid} priority {v.priority} advert {v.advert_interval}s "
         f"{mode}, preempt {'on' if v.preempt else 'off'}"
     )
+    if cfg.health is not None:
+        h = cfg.health
+        print(
+            f"  health: {h.path} on {h.local} port {h.port} every {h.interval:g}s "
+            f"(timeout {h.timeout:g}s, rise {h.rise}, fall {h.fall}), "
+            f"TLS {'verified against ' + h.ca_file if h.ca_file else 'not verified'}; "
+            f"while unhealthy priority {max(1, v.priority - h.weight)}"
+        )
     for finding in pre.findings:
         print(f"  preflight: {finding}")
     return 0

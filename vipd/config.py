@@ -71,6 +71,7 @@ __all__ = [
     "ConfigError",
     "Election",
     "Garp",
+    "Health",
     "Log",
     "Vrrp",
     "load",
@@ -99,7 +100,6 @@ ENV_OVERRIDES: Mapping[str, tuple[str, Literal["str", "int", "float"]]] = {
 # One key per line: each lands with its own feature and leaves this list on its own line.
 _NOT_IMPLEMENTED = frozenset(
     {
-        "health",
         "ipvs",
         "metrics",
         "election.lease",
@@ -223,6 +223,29 @@ class Log:
     level: LogLevel = "info"
 
 
+HealthPath = Literal["/readyz", "/healthz", "/livez"]
+_LOCALHOST = IPv4Address("127.0.0.1")
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The ``health`` section: HTTPS checks of the API servers (vipd.health).
+
+    Present means on: the local API server (``local``) is checked and gates leadership by
+    ``weight``; the IPVS backends are checked on the same ``path``/``port``.
+    """
+
+    path: HealthPath = "/readyz"
+    port: int = 6443
+    local: IPAddress = _LOCALHOST  # where the local API server answers
+    interval: float = 1.0  # seconds between the starts of two checks of one target
+    timeout: float = 0.8  # seconds one check may take; < interval (default 0.8 x interval)
+    rise: int = 2  # consecutive successes to become healthy (a target starts unhealthy)
+    fall: int = 3  # consecutive failures to become unhealthy
+    ca_file: str | None = None  # None: TLS without verification
+    weight: int = 253  # VRRP priority reduction while the local API server is unhealthy
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     node: str
@@ -231,6 +254,7 @@ class Config:
     election: Election
     garp: Garp = Garp()
     log: Log = Log()
+    health: Health | None = None  # None: no health checks, no gating
 
 
 # -- entry points ----------------------------------------------------------------------------
@@ -444,15 +468,24 @@ class _Validator:
     def config(
         self, data: Mapping[str, Any], env: Mapping[str, str], hostname: str | None
     ) -> Config:
-        top = self.section("", data, ("node", "vip", "interface", "election", "garp", "log"))
+        top = self.section(
+            "", data, ("node", "vip", "interface", "election", "garp", "log", "health")
+        )
         vip = self.vip(top.get("vip"))
         interface = self.interface(top.get("interface"))
         node = self.node(top.get("node"), env, hostname)
         election = self.election(top.get("election"), vip)
         garp = self.garp(top.get("garp"))
         log = self.log(top.get("log"))
+        health = self.health(top.get("health"), election) if "health" in top else None
         return Config(
-            node=node, vip=vip, interface=interface, election=election, garp=garp, log=log
+            node=node,
+            vip=vip,
+            interface=interface,
+            election=election,
+            garp=garp,
+            log=log,
+            health=health,
         )
 
     def node(self, value: object, env: Mapping[str, str], hostname: str | None) -> str:
@@ -681,6 +714,80 @@ class _Validator:
             "log.level", sec.get("level", "info"), ("debug", "info", "warning", "error")
         )
         return Log(format=cast(LogFormat, fmt), level=cast(LogLevel, level))
+
+    def health(self, value: object, election: Election) -> Health:
+        # An empty `health:` section (null) means "on, with every default".
+        p = "health"
+        sec = self.section(
+            p,
+            value,
+            ("path", "port", "local", "interval", "timeout", "rise", "fall", "ca_file",
+             "weight"),
+        )  # fmt: skip
+        path = self.choice(
+            f"{p}.path", sec.get("path", "/readyz"), ("/readyz", "/healthz", "/livez")
+        )
+        port = self.integer(f"{p}.port", sec.get("port", 6443), 1, 65535)
+        local = self.ip_literal(f"{p}.local", sec.get("local", "127.0.0.1"), "the local API server")
+        if local.is_unspecified or local.is_multicast:
+            self.fail(
+                f"{p}.local", "must be a unicast address the API server listens on", sec["local"]
+            )
+        interval = self.number(
+            f"{p}.interval",
+            sec.get("interval", 1.0),
+            "must be a number of seconds from 0.05 to 300",
+            lambda v: 0.05 <= v <= 300,
+        )
+        if "timeout" in sec:
+            # A check that is still running when the next one is due would overlap it; the
+            # driver keeps one check per target in flight, so it must end before the next tick.
+            timeout = self.number(
+                f"{p}.timeout",
+                sec["timeout"],
+                "must be a number of seconds from 0.01 to less than health.interval "
+                f"({interval:g})",
+                lambda v: 0.01 <= v < interval,
+            )
+        else:
+            timeout = round(0.8 * interval, 6)
+        rise = self.integer(f"{p}.rise", sec.get("rise", 2), 1, 100)
+        fall = self.integer(f"{p}.fall", sec.get("fall", 3), 1, 100)
+        ca_file = sec.get("ca_file")
+        if ca_file is not None and (
+            not isinstance(ca_file, str) or not ca_file.strip() or "\0" in ca_file
+        ):
+            self.fail(
+                f"{p}.ca_file",
+                "must be the path of a PEM file of CA certificates, or null for no verification",
+                ca_file,
+            )
+        weight = self.integer(
+            f"{p}.weight",
+            sec.get("weight", 253),
+            0,
+            253,
+            " (the priority reduction while the local API server is unhealthy; 0 = no gating)",
+        )
+        if weight > 0 and not election.vrrp.preempt:
+            self.fail(
+                f"{p}.weight",
+                "must be 0 with election.vrrp.preempt: false: a healthy backup takes the VIP "
+                "from an unhealthy leader only by preempting it (equal priorities with "
+                "preempt: true avoid a second move)",
+                weight,
+            )
+        return Health(
+            path=cast(HealthPath, path),
+            port=port,
+            local=local,
+            interval=interval,
+            timeout=timeout,
+            rise=rise,
+            fall=fall,
+            ca_file=ca_file,
+            weight=weight,
+        )
 
 
 def _vip_problem(ip: IPAddress) -> str | None:

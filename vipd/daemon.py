@@ -33,6 +33,9 @@ from vipd.actuators.address import AddressActuator
 from vipd.actuators.announce import Announcer
 from vipd.config import Config
 from vipd.controller import Controller, GarpPolicy
+from vipd.health import gate
+from vipd.health.checker import HealthChecker
+from vipd.health.tracker import BackendHealth
 from vipd.linkwatch import LinkWatch
 from vipd.neighbor import announcement, parse_mac
 from vipd.preflight import Preflight
@@ -101,6 +104,7 @@ class VrrpInstance:
         self.address: AddressActuator | None = None
         self.announcer: Announcer | None = None
         self.linkwatch: LinkWatch | None = None
+        self.health: HealthChecker | None = None
         self._handover: asyncio.Event | None = None
         self._successor: IPAddress | None = None
         # The slowest possible successor is a priority-1 backup, Skew_Time(1) after our
@@ -303,6 +307,7 @@ class VrrpInstance:
             )
             loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
             self.linkwatch = LinkWatch(self.ifindex, self._on_link)
+            self._start_health()
             loop.add_reader(self.linkwatch.fileno(), self._guarded, self.linkwatch.on_readable)
             if self.linkwatch.state:
                 now = time.monotonic()
@@ -349,6 +354,67 @@ class VrrpInstance:
         await self._shutdown(worker)
         return code
 
+    # -- health gating -------------------------------------------------------------------
+
+    def _start_health(self) -> None:
+        """Check the local API server; gate the priority on it (vipd.health.gate).
+
+        The node joins the election at its unhealthy priority: a node whose API server is
+        not up yet must not preempt a healthy leader, and a lone node still takes the VIP
+        after its down interval (kubeadm init needs the VIP before its API server is up).
+        """
+        h = self.cfg.health
+        if h is None:
+            return
+        self.health = HealthChecker(
+            [], h, lambda addr, s: self._guarded(self._on_health, addr, s), log=self.log
+        )
+        if h.weight > 0:
+            now = time.monotonic()
+            self._apply(self.machine.set_priority(now, self._gated_priority(False)), now)
+        self.log.info(
+            "health gating on" if h.weight > 0 else "health checks on, leadership not gated",
+            extra={
+                "fields": {
+                    "url": self.health.url(h.local),
+                    "priority_healthy": self.vrrp.priority,
+                    "priority_unhealthy": self._gated_priority(False),
+                    "interval_s": h.interval,
+                    "timeout_s": h.timeout,
+                    "rise": h.rise,
+                    "fall": h.fall,
+                    "tls": "verify chain" if h.ca_file else "no verification",
+                }
+            },
+        )
+        self.health.start()
+
+    def _gated_priority(self, healthy: bool) -> int:
+        assert self.cfg.health is not None
+        return gate.effective_priority(self.vrrp.priority, self.cfg.health.weight, healthy)
+
+    def _on_health(self, addr: IPAddress, health: BackendHealth) -> None:
+        h = self.cfg.health
+        if h is None or addr != h.local or h.weight == 0:
+            return
+        now = time.monotonic()
+        priority = self._gated_priority(health.healthy)
+        old = self.machine.priority
+        self.log.info(
+            "local API server healthy: priority restored"
+            if health.healthy
+            else "local API server unhealthy: priority lowered",
+            extra={
+                "fields": {
+                    "priority_from": old,
+                    "priority_to": priority,
+                    "state": self.machine.state.value,
+                    "error": health.error,
+                }
+            },
+        )
+        self._apply(self.machine.set_priority(now, priority), now)
+
     def _on_link(self, up: bool) -> None:
         """RFC 9568 §6.4: interface down is a Shutdown event, interface up a Startup event."""
         now = time.monotonic()
@@ -391,6 +457,8 @@ class VrrpInstance:
         sdnotify.notify("STOPPING=1")
         if self._timer is not None:
             self._timer.cancel()
+        if self.health is not None:
+            self.health.stop()
         was_active = self.machine.state is state.State.ACTIVE
         if worker is not None:
             worker.cancel()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from vipd import config
-from vipd.config import Config, ConfigError, Election, Garp, Log, Vrrp, load, parse
+from vipd.config import Config, ConfigError, Election, Garp, Health, Log, Vrrp, load, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "vipd.yaml"
@@ -137,7 +137,7 @@ def test_long_values_are_shortened() -> None:
 @pytest.mark.parametrize(
     ("path", "key", "allowed"),
     [
-        ((), "vips", "election, garp, interface, log, node, vip"),
+        ((), "vips", "election, garp, health, interface, log, node, vip"),
         (("election",), "vrp", "mode, vrrp"),
         (("election", "vrrp"), "prio", "advert_interval, auth_pass, preempt"),
         (("garp",), "count", "delay, interval, refresh, repeat"),
@@ -157,7 +157,7 @@ def test_unknown_key_is_named_with_the_allowed_ones(
     assert "unknown key" in str(e) and allowed in str(e)
 
 
-@pytest.mark.parametrize("key", ["health", "ipvs", "metrics"])
+@pytest.mark.parametrize("key", ["ipvs", "metrics"])
 def test_designed_but_unbuilt_sections_are_rejected(key: str) -> None:
     e = error({**doc(), key: {"enabled": False}})
     assert e.key == key
@@ -736,7 +736,7 @@ def test_yaml_bools_and_quoting(tmp_path: Path) -> None:
 def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
     keys = set()
     hints = {f.name: f.type for f in dataclasses.fields(cls)}
-    nested = {"election": Election, "vrrp": Vrrp, "garp": Garp, "log": Log}
+    nested = {"election": Election, "vrrp": Vrrp, "garp": Garp, "log": Log, "health": Health}
     for name in hints:
         key = f"{prefix}{name}"
         if name in nested:

@@ -18,6 +18,9 @@ PURE = [
     "lease/logic.py",
     "manifest.py",
     "ipvs/plan.py",
+    "health/tracker.py",
+    "health/gate.py",
+    "health/http.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
 
