@@ -150,7 +150,7 @@ def test_lan_an_unhealthy_leader_gives_way_within_the_down_interval() -> None:
     lan.set_priority("n1", 200)
     lan.run_for(1.0)
     assert lan.active_nodes() == {"n1"}
-    back = [e.time for e in lan.events("became-active", "n1") if e.time > t1][0] - t1
+    back = next(e.time for e in lan.events("became-active", "n1") if e.time > t1) - t1
     assert back <= master_down_interval(3, 200, 10) + 0.1 + 1e-9
 
 
