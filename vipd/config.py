@@ -72,6 +72,7 @@ __all__ = [
     "Election",
     "Garp",
     "Health",
+    "Ipvs",
     "Log",
     "Vrrp",
     "load",
@@ -100,7 +101,6 @@ ENV_OVERRIDES: Mapping[str, tuple[str, Literal["str", "int", "float"]]] = {
 # One key per line: each lands with its own feature and leaves this list on its own line.
 _NOT_IMPLEMENTED = frozenset(
     {
-        "ipvs",
         "metrics",
         "election.lease",
         "election.vrrp.vmac",
@@ -246,6 +246,22 @@ class Health:
     weight: int = 253  # VRRP priority reduction while the local API server is unhealthy
 
 
+# IPVS schedulers of Debian's kernel (net/netfilter/ipvs/ip_vs_*.c); others are refused.
+IPVS_SCHEDULERS = ("rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo",
+                   "ovf", "mh", "twos")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Ipvs:
+    """IPVS load balancing of VIP:port/TCP on the leader (vipd.ipvs)."""
+
+    enabled: bool = False
+    port: int = 6443
+    scheduler: str = "rr"
+    forwarding: Literal["nat", "dr"] = "nat"
+    backends: tuple[IPAddress, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     node: str
@@ -255,6 +271,7 @@ class Config:
     garp: Garp = Garp()
     log: Log = Log()
     health: Health | None = None  # None: no health checks, no gating
+    ipvs: Ipvs = Ipvs()
 
 
 # -- entry points ----------------------------------------------------------------------------
@@ -469,7 +486,9 @@ class _Validator:
         self, data: Mapping[str, Any], env: Mapping[str, str], hostname: str | None
     ) -> Config:
         top = self.section(
-            "", data, ("node", "vip", "interface", "election", "garp", "log", "health")
+            "",
+            data,
+            ("node", "vip", "interface", "election", "garp", "log", "health", "ipvs"),
         )
         vip = self.vip(top.get("vip"))
         interface = self.interface(top.get("interface"))
@@ -486,6 +505,7 @@ class _Validator:
             garp=garp,
             log=log,
             health=health,
+            ipvs=self.ipvs(top.get("ipvs"), vip, health),
         )
 
     def node(self, value: object, env: Mapping[str, str], hostname: str | None) -> str:
@@ -788,6 +808,62 @@ class _Validator:
             ca_file=ca_file,
             weight=weight,
         )
+
+    def ipvs(self, value: object, vip: IPAddress, health: Health | None) -> Ipvs:
+        p = "ipvs"
+        sec = self.section(p, value, ("enabled", "port", "scheduler", "forwarding", "backends"))
+        enabled = sec.get("enabled", False)
+        if not isinstance(enabled, bool):
+            self.fail(f"{p}.enabled", "must be true or false", enabled)
+        port = self.integer(f"{p}.port", sec.get("port", 6443), 1, 65535)
+        scheduler = self.choice(f"{p}.scheduler", sec.get("scheduler", "rr"), IPVS_SCHEDULERS)
+        forwarding = self.choice(f"{p}.forwarding", sec.get("forwarding", "nat"), ("nat", "dr"))
+        backends = self.backends(f"{p}.backends", sec.get("backends", []), vip)
+        if enabled and not backends:
+            self.fail(
+                f"{p}.backends",
+                "must list the control-plane nodes' addresses when ipvs.enabled is true",
+            )
+        if enabled and health is None:
+            self.fail(
+                f"{p}.enabled",
+                "needs the health section: a backend joins the pool only once its API server "
+                "answers the health check",
+            )
+        return Ipvs(
+            enabled=enabled,
+            port=port,
+            scheduler=scheduler,
+            forwarding=cast(Literal["nat", "dr"], forwarding),
+            backends=backends,
+        )
+
+    def backends(self, key: str, value: object, vip: IPAddress) -> tuple[IPAddress, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            self.fail(key, "must be a list of the control-plane nodes' IP addresses", value)
+        family = "IPv4" if isinstance(vip, IPv4Address) else "IPv6"
+        out: list[IPAddress] = []
+        for i, item in enumerate(value):
+            k = f"{key}[{i}]"
+            ip = self.ip_literal(k, item, what="a control-plane node's address")
+            if ip.version != vip.version:
+                self.fail(k, f"must be an {family} address, the family of the VIP", item)
+            if ip == vip:
+                self.fail(k, "must not be the VIP itself: list the nodes' own addresses", item)
+            if (
+                ip.is_unspecified
+                or ip.is_loopback
+                or ip.is_multicast
+                or ip.is_link_local
+                or ip in _V4_RESERVED
+            ):
+                self.fail(k, "must be a unicast address of a control-plane node", item)
+            if ip in out:
+                self.fail(k, f"is listed twice (first as {key}[{out.index(ip)}])", item)
+            out.append(ip)
+        return tuple(out)
 
 
 def _vip_problem(ip: IPAddress) -> str | None:

@@ -36,6 +36,8 @@ from vipd.controller import Controller, GarpPolicy
 from vipd.health import gate
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
+from vipd.ipvs.plan import Service, ServiceKey
+from vipd.ipvs.reconciler import IpvsReconciler, IpvsSpec
 from vipd.linkwatch import LinkWatch
 from vipd.neighbor import announcement, parse_mac
 from vipd.preflight import Preflight
@@ -105,6 +107,8 @@ class VrrpInstance:
         self.announcer: Announcer | None = None
         self.linkwatch: LinkWatch | None = None
         self.health: HealthChecker | None = None
+        self.ipvs: IpvsReconciler | None = None
+        self._ipvs_task: asyncio.Task[None] | None = None
         self._handover: asyncio.Event | None = None
         self._successor: IPAddress | None = None
         # The slowest possible successor is a priority-1 backup, Skew_Time(1) after our
@@ -162,9 +166,13 @@ class VrrpInstance:
                 self._send_advert(action.priority)
             elif isinstance(action, state.BecomeActive):
                 self.controller.set_leader(True, now)
+                if self.ipvs is not None:
+                    self.ipvs.set_leader(True)
                 self._log_transition("active", action.reason)
             elif isinstance(action, state.BecomeBackup):
                 self.controller.set_leader(False, now)
+                if self.ipvs is not None:
+                    self.ipvs.set_leader(False)
                 self._log_transition("backup", action.reason)
             elif isinstance(action, state.Announce):
                 self.controller.announce()
@@ -308,6 +316,7 @@ class VrrpInstance:
             loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
             self.linkwatch = LinkWatch(self.ifindex, self._on_link)
             self._start_health()
+            self._start_ipvs()
             loop.add_reader(self.linkwatch.fileno(), self._guarded, self.linkwatch.on_readable)
             if self.linkwatch.state:
                 now = time.monotonic()
@@ -367,7 +376,10 @@ class VrrpInstance:
         if h is None:
             return
         self.health = HealthChecker(
-            [], h, lambda addr, s: self._guarded(self._on_health, addr, s), log=self.log
+            self.cfg.ipvs.backends if self.cfg.ipvs.enabled else [],
+            h,
+            lambda addr, s: self._guarded(self._on_health, addr, s),
+            log=self.log,
         )
         if h.weight > 0:
             now = time.monotonic()
@@ -394,6 +406,8 @@ class VrrpInstance:
         return gate.effective_priority(self.vrrp.priority, self.cfg.health.weight, healthy)
 
     def _on_health(self, addr: IPAddress, health: BackendHealth) -> None:
+        if self.ipvs is not None:
+            self.ipvs.on_health_change(addr, health)
         h = self.cfg.health
         if h is None or addr != h.local or h.weight == 0:
             return
@@ -414,6 +428,48 @@ class VrrpInstance:
             },
         )
         self._apply(self.machine.set_priority(now, priority), now)
+
+    # -- IPVS (vipd.ipvs) -----------------------------------------------------------------
+
+    def _start_ipvs(self) -> None:
+        """Program VIP:port/TCP on the leader only, from the backends' health (config says
+        health is on whenever ipvs is); the reconciler works on its own thread."""
+        c = self.cfg.ipvs
+        if not c.enabled or self.health is None:
+            return
+        spec = IpvsSpec(
+            service=Service(ServiceKey(self.cfg.vip, c.port), c.scheduler),
+            forwarding=c.forwarding,
+            backends=c.backends,
+            local=self.source if self.source in c.backends else None,
+        )
+        self.ipvs = IpvsReconciler(spec, self.health, self.log)
+        self.ipvs.set_leader(self.machine.state is state.State.ACTIVE)
+        self._ipvs_task = asyncio.get_running_loop().create_task(self.ipvs.run(), name="ipvs")
+        self.log.info(
+            "ipvs on",
+            extra={
+                "fields": {
+                    "service": spec.service.key,
+                    "scheduler": c.scheduler,
+                    "forwarding": c.forwarding,
+                    "backends": ",".join(map(str, c.backends)),
+                }
+            },
+        )
+
+    async def _stop_ipvs(self) -> None:
+        if self._ipvs_task is not None:
+            self._ipvs_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._ipvs_task
+        if self.ipvs is not None:
+            try:
+                await self.ipvs.release()
+            except Exception as exc:
+                self.log.error(
+                    "could not remove the IPVS service", extra={"fields": {"error": exc}}
+                )
 
     def _on_link(self, up: bool) -> None:
         """RFC 9568 §6.4: interface down is a Shutdown event, interface up a Startup event."""
@@ -499,6 +555,7 @@ class VrrpInstance:
                 self.controller.release()
             except Exception as exc:
                 self.log.error("could not remove the VIP", extra={"fields": {"error": exc}})
+        await self._stop_ipvs()
         if self.linkwatch is not None:
             with contextlib.suppress(Exception):
                 loop.remove_reader(self.linkwatch.fileno())

@@ -198,6 +198,9 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
         for a in link.addresses:
             if a.ip != vip:
                 continue
+            if link.loopback and cfg.ipvs.enabled and cfg.ipvs.forwarding == "dr":
+                # IPVS direct routing: every backend accepts the VIP on lo (README, "IPVS")
+                continue
             if a.host_prefix and a.deprecated:
                 leftovers.append((link, a))
             else:

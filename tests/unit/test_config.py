@@ -137,7 +137,7 @@ def test_long_values_are_shortened() -> None:
 @pytest.mark.parametrize(
     ("path", "key", "allowed"),
     [
-        ((), "vips", "election, garp, health, interface, log, node, vip"),
+        ((), "vips", "election, garp, health, interface, ipvs, log, node, vip"),
         (("election",), "vrp", "mode, vrrp"),
         (("election", "vrrp"), "prio", "advert_interval, auth_pass, preempt"),
         (("garp",), "count", "delay, interval, refresh, repeat"),
@@ -157,7 +157,7 @@ def test_unknown_key_is_named_with_the_allowed_ones(
     assert "unknown key" in str(e) and allowed in str(e)
 
 
-@pytest.mark.parametrize("key", ["ipvs", "metrics"])
+@pytest.mark.parametrize("key", ["metrics"])
 def test_designed_but_unbuilt_sections_are_rejected(key: str) -> None:
     e = error({**doc(), key: {"enabled": False}})
     assert e.key == key
@@ -737,6 +737,7 @@ def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
     keys = set()
     hints = {f.name: f.type for f in dataclasses.fields(cls)}
     nested = {"election": Election, "vrrp": Vrrp, "garp": Garp, "log": Log, "health": Health}
+    nested["ipvs"] = config.Ipvs
     for name in hints:
         key = f"{prefix}{name}"
         if name in nested:
