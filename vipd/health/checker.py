@@ -44,10 +44,19 @@ from vipd.config import Health
 from vipd.health import http
 from vipd.health.tracker import BackendHealth, Outcome, Tracker
 
-__all__ = ["Address", "BackendHealth", "HealthChecker", "OnChange", "make_ssl_context"]
+__all__ = [
+    "Address",
+    "BackendHealth",
+    "HealthChecker",
+    "OnChange",
+    "OnCheck",
+    "Outcome",
+    "make_ssl_context",
+]
 
 Address = IPv4Address | IPv6Address
 OnChange = Callable[[Address, BackendHealth], None]
+OnCheck = Callable[[Address, Outcome], None]
 USER_AGENT = f"vipd/{__version__} (health check)"
 
 
@@ -108,6 +117,7 @@ class HealthChecker:
     in-flight connection is aborted); ``await closed()`` waits until the tasks have ended.
     ``clock`` is the monotonic clock whose times appear in ``BackendHealth.since`` and
     ``checked_at`` (the daemon's clock, so times can be compared with the state machine's).
+    ``on_check(address, Outcome)``, if given, sees every finished check (for metrics).
     """
 
     def __init__(
@@ -118,9 +128,11 @@ class HealthChecker:
         *,
         log: logging.Logger | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_check: OnCheck | None = None,
     ) -> None:
         self.params = params
         self.on_change = on_change
+        self.on_check = on_check
         self.log = log or logging.getLogger("vipd")
         self.clock = clock
         self.ssl = make_ssl_context(params.ca_file)
@@ -226,7 +238,13 @@ class HealthChecker:
         while True:
             outcome = await self.check(target.addr, target.request)
             now = self.clock()
-            if target.tracker.record(now, outcome):
+            changed = target.tracker.record(now, outcome)
+            if self.on_check is not None:
+                try:
+                    self.on_check(target.addr, outcome)
+                except Exception:
+                    self.log.exception("health on_check callback failed")
+            if changed:
                 self._changed(target)
             # Fixed rate: the next check is one interval after this one started. A late loop
             # skips ahead instead of firing a burst of checks to catch up.

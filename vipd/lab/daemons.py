@@ -55,6 +55,39 @@ def default_priority(index: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthSpec:
+    """vipd's ``health`` section in the lab: checks of the node's own stand-in API server
+    (``vipd.lab.apiserver`` inside the responder) on ``port``."""
+
+    port: int = 6444
+    interval: float = 0.2
+    timeout: float = 0.15
+    rise: int = 2
+    fall: int = 2
+    path: str = "/readyz"
+    weight: int | None = None  # None: vipd's default
+
+    def section(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": self.path,
+            "port": self.port,
+            "interval": self.interval,
+            "timeout": self.timeout,
+            "rise": self.rise,
+            "fall": self.fall,
+        }
+        if self.weight is not None:
+            out["weight"] = self.weight
+        return out
+
+    def detection_bound(self) -> float:
+        """Longest time from the API server failing to the node noticing: the first failing
+        check starts within one interval, ``fall`` of them end within ``fall`` intervals, a
+        hung server's last one ``timeout`` later."""
+        return self.fall * self.interval + self.timeout
+
+
+@dataclass(frozen=True, slots=True)
 class VrrpSpec:
     """What every node of one lab cluster agrees on."""
 
@@ -68,6 +101,7 @@ class VrrpSpec:
     garp_repeat: int = 5
     garp_interval: float = 0.01  # vipd only: see KeepalivedDaemon.config for why
     interface: str = "eth0"
+    health: HealthSpec | None = None  # vipd only: health checks and gating
 
     def __post_init__(self) -> None:
         family = ipaddress.ip_address(self.vip).version
@@ -238,7 +272,7 @@ class VipdDaemon(Daemon):
         if s.auth_pass is not None:
             # Not in the documented config yet; written so a mismatch fails loudly at load.
             vrrp["auth_pass"] = s.auth_pass
-        return {
+        out: dict[str, Any] = {
             "node": self.node.name,
             "vip": s.vip,
             "interface": s.interface,
@@ -246,6 +280,9 @@ class VipdDaemon(Daemon):
             "garp": {"repeat": s.garp_repeat, "interval": s.garp_interval},
             "log": {"format": "logfmt", "level": "info"},
         }
+        if s.health is not None:
+            out["health"] = s.health.section()
+        return out
 
     def _prepare(self) -> list[str]:
         self.config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
@@ -268,6 +305,8 @@ class KeepalivedDaemon(Daemon):
 
     def config(self) -> str:
         s = self.spec
+        if s.health is not None:
+            raise LabError("the lab's health checks are vipd's; keepalived runs without them")
         g = [
             "global_defs {",
             f"    router_id {self.lab.prefix}-{self.node.name}",

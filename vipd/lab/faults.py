@@ -7,6 +7,9 @@ What it is:
   daemon) leaves the VIP bound and the kernel keeps answering ARP for it.
 - ``term``: SIGTERM to the daemon only (a graceful step-down: VRRP priority 0).
 - ``linkdown``: eth0 down only; the processes live on and see the carrier go.
+- ``apidown``: the node's API server dies (the responder, which carries the stand-in API
+  server's port and its HTTPS health endpoint, gets SIGKILL); the daemon and the link live
+  on. Only meaningful with vipd's health checks on: the node must give the VIP away.
 - ``restore``: undo whichever of those was applied: eth0 up, responder and daemon started
   again if they are not running. A killed node comes back as a rebooted node would: the VIP
   it had bound when it died is removed first, since a reboot does not keep addresses. (A
@@ -39,8 +42,8 @@ from vipd.lab.daemons import Daemon
 from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, VIP6, Lab, LabError, Node, kill_netns_processes
 
-FaultName = Literal["kill", "term", "linkdown"]
-FAULTS: tuple[FaultName, ...] = ("kill", "term", "linkdown")
+FaultName = Literal["kill", "term", "linkdown", "apidown"]
+FAULTS: tuple[FaultName, ...] = ("kill", "term", "linkdown", "apidown")
 
 
 @dataclass
@@ -77,10 +80,19 @@ def linkdown(lab: Lab, rig: NodeRig) -> None:
     rig.fault = "linkdown"
 
 
+def apidown(lab: Lab, rig: NodeRig) -> None:
+    """The API server dies at once (SIGKILL): its port refuses, its health checks fail."""
+    if rig.responder is None:
+        raise LabError(f"no API server stand-in on {rig.node.name} to kill")
+    rig.responder.stop(signal.SIGKILL)
+    rig.fault = "apidown"
+
+
 INJECT: dict[FaultName, Callable[[Lab, NodeRig], None]] = {
     "kill": kill,
     "term": term,
     "linkdown": linkdown,
+    "apidown": apidown,
 }
 
 

@@ -7,6 +7,12 @@ its node, without restarts. One thread, non-blocking accept loop on ``selectors`
 of connections per second with no thread or task per connection. It prints one
 ``listening …`` line once both sockets are bound, so the lab knows it is ready.
 
+With ``--health-port`` it also serves the API server's HTTPS health endpoints on that port
+(``vipd.lab.apiserver``, on a thread of the same process), steered by ``--mode-file``: the
+lab's ``apidown`` fault kills this one process, and the API server's port and its health
+endpoint die together, as a real API server's would. (They are two ports because the client
+prober's plain TCP probes, one every 2 ms, cannot share a port with TLS.)
+
 This module also holds ``Responder``, the lab-side handle that starts and stops it on a node.
 
 What it must not do: read from clients, keep connections open, or block on a slow client (the
@@ -28,6 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from vipd.lab.apiserver import HealthServer, make_cert
 from vipd.lab.topology import Lab, LabError, Node, python_argv, python_env
 
 # Linux values; the socket module does not export them on every Python build.
@@ -52,8 +59,10 @@ def _listener(family: socket.AddressFamily, port: int) -> socket.socket:
     return sock
 
 
-def serve(name: str, port: int) -> int:
+def serve(name: str, port: int, health: HealthServer | None = None) -> int:
     reply = (name + "\n").encode()
+    if health is not None:
+        health.run_in_thread()
     sel = selectors.DefaultSelector()
     listeners = [_listener(socket.AF_INET, port), _listener(socket.AF_INET6, port)]
     for sock in listeners:
@@ -97,17 +106,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--name", required=True, help="the line every client receives")
     parser.add_argument("--port", type=int, default=6443)
+    parser.add_argument("--health-port", type=int, default=None, help="HTTPS /readyz port")
+    parser.add_argument("--cert", type=Path, default=None)
+    parser.add_argument("--key", type=Path, default=None)
+    parser.add_argument("--mode-file", type=Path, default=None)
     args = parser.parse_args(argv)
-    return serve(args.name, args.port)
+    health = None
+    if args.health_port is not None:
+        if args.cert is None or args.key is None:
+            parser.error("--health-port needs --cert and --key")
+        health = HealthServer(args.health_port, args.cert, args.key, args.mode_file)
+    return serve(args.name, args.port, health)
 
 
 class Responder:
     """Lab-side handle: the responder process on one node, logging to the lab's workdir."""
 
-    def __init__(self, lab: Lab, node: Node, port: int = 6443) -> None:
+    def __init__(
+        self, lab: Lab, node: Node, port: int = 6443, health_port: int | None = None
+    ) -> None:
         self.lab = lab
         self.node = node
         self.port = port
+        self.health_port = health_port
+        self.mode_file: Path = lab.workdir / f"{node.name}-api.mode"
         self.log_path: Path = lab.workdir / f"{node.name}-responder.log"
         self.proc: subprocess.Popen[Any] | None = None
         self._log: IO[bytes] | None = None
@@ -126,9 +148,14 @@ class Responder:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._close_log()
         self._log = self.log_path.open("ab")
+        argv = ["--name", self.node.name, "--port", str(self.port)]
+        if self.health_port is not None:
+            cert, key = make_cert(self.lab.workdir)
+            argv += ["--health-port", str(self.health_port), "--cert", str(cert)]
+            argv += ["--key", str(key), "--mode-file", str(self.mode_file)]
         self.proc = self.lab.spawn(
             self.node.ns,
-            python_argv("vipd.lab.responder", "--name", self.node.name, "--port", str(self.port)),
+            python_argv("vipd.lab.responder", *argv),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -155,6 +182,10 @@ class Responder:
                 self.proc.kill()
                 self.proc.wait(timeout=timeout)
         self._close_log()
+
+    def set_health(self, mode: str) -> None:
+        """What the health endpoint does from the next connection on (see vipd.lab.apiserver)."""
+        self.mode_file.write_text(mode + "\n")
 
     def reap(self) -> None:
         """Collect the exit status after someone else killed it (the ``kill`` fault)."""

@@ -44,7 +44,7 @@ from types import FrameType
 from typing import Any
 
 from vipd.lab.analysis import Outage, answered, measure, percentiles, stable_on
-from vipd.lab.daemons import KINDS, DaemonKind, Fleet, VrrpSpec, make_fleet
+from vipd.lab.daemons import KINDS, DaemonKind, Fleet, HealthSpec, VrrpSpec, make_fleet
 from vipd.lab.faults import FAULTS, FaultName, NodeRig, inject, restore
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
@@ -89,7 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=FAULTS,
         default="kill",
         help="kill: node death (link down + SIGKILL all); term: SIGTERM the "
-        "daemon; linkdown: eth0 down (default kill)",
+        "daemon; linkdown: eth0 down; apidown: the node's API server dies (turns on "
+        "--health) (default kill)",
+    )
+    parser.add_argument(
+        "--health",
+        action="store_true",
+        help="vipd checks each node's stand-in API server (HTTPS /readyz on port 6444, "
+        "every 0.2 s, rise 2, fall 2) and gates its priority on it",
     )
     parser.add_argument("--rounds", type=int, default=3, help="fault rounds (default 3)")
     parser.add_argument(
@@ -144,6 +151,11 @@ class Options:
     probe_interval: float = 0.002
     probe_timeout: float = 0.5
     port: int = 6443
+    health: bool = False
+
+    @property
+    def health_on(self) -> bool:
+        return self.health or self.fault == "apidown"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Options:
@@ -159,6 +171,7 @@ class Options:
             advert_interval=interval,
             version=self.version,
             unicast=self.unicast,
+            health=HealthSpec() if self.health_on else None,
         )
 
 
@@ -275,6 +288,8 @@ def preflight(opts: Options) -> str | None:
         return f"`ip netns` does not work here: {exc}"
     if opts.daemon == "keepalived" and shutil.which("keepalived") is None:
         return "keepalived is not installed"
+    if opts.health_on and shutil.which("openssl") is None:
+        return "the openssl command is not installed (it makes the lab's TLS certificates)"
     return None
 
 
@@ -287,17 +302,24 @@ class _Session:
         self.spec = spec
         self.vip = spec.vip
         self.fleet: Fleet = make_fleet(opts.daemon, lab, spec)
+        health_port = spec.health.port if spec.health is not None else None
         self.rigs = {
-            n.name: NodeRig(n, self.fleet[n.name], Responder(lab, n, opts.port)) for n in lab.nodes
+            n.name: NodeRig(n, self.fleet[n.name], Responder(lab, n, opts.port, health_port))
+            for n in lab.nodes
         }
         self.prober = Prober(
             lab, self.vip, opts.port, interval=opts.probe_interval, timeout=opts.probe_timeout
         )
         lowest = min(d.priority for d in self.fleet.daemons.values())
         self.bound = max(MIN_WAIT, 10 * spec.master_down_interval(lowest))
+        if spec.health is not None:
+            # Noticing a dead API server (or a recovered one) comes before the election.
+            self.bound += spec.health.detection_bound() + spec.health.rise * spec.health.interval
 
     def live(self) -> list[str]:
-        return [name for name, rig in self.rigs.items() if rig.fault is None]
+        """Nodes whose daemon is running on a working link: they must hold the VIP correctly.
+        A node whose API server died (``apidown``) counts: its daemon must let the VIP go."""
+        return [name for name, rig in self.rigs.items() if rig.fault in (None, "apidown")]
 
     def wait_for(self, cond: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -510,6 +532,7 @@ def _report(opts: Options, spec: VrrpSpec, lab: Lab, rounds: list[Round]) -> dic
             "rounds": opts.rounds,
             "probe_interval": opts.probe_interval,
             "probe_timeout": opts.probe_timeout,
+            "health": spec.health.section() if spec.health is not None else None,
         },
         "rounds": [r.to_dict() for r in rounds],
         "summary": {
@@ -636,6 +659,9 @@ def run(args: argparse.Namespace) -> int:
     opts = Options.from_args(args)
     if opts.rounds < 1 or opts.nodes < 2:
         print("vipd lab: --rounds must be ≥ 1 and --nodes ≥ 2", file=sys.stderr)
+        return 2
+    if opts.health_on and opts.daemon != "vipd":
+        print("vipd lab: --health and --fault apidown need --daemon vipd", file=sys.stderr)
         return 2
     try:
         opts.spec()

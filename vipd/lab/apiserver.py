@@ -1,0 +1,204 @@
+"""A stand-in for kube-apiserver's health endpoints: HTTPS ``/readyz``, ``/healthz``, ``/livez``.
+
+Run on a lab node as ``python -m vipd.lab.apiserver --port 6444 --cert C --key K --mode-file
+F``, or inside the responder process (``vipd.lab.responder --health-port``), so that killing
+the responder is an API server dying: its TCP port and its health endpoint go together.
+
+How a test steers it: every connection reads the one-word mode in ``--mode-file`` (a missing
+or empty file means ``ok``) and behaves accordingly:
+
+- ``ok``: TLS, then ``200 OK`` with body ``ok`` (what kube-apiserver answers).
+- ``fail``: TLS, then ``500`` with a readyz-style body (an API server that is up, not ready).
+- ``stall``: TLS, reads the request, never answers (a hung API server).
+- ``stall1``: like ``stall`` for this one connection, and the mode becomes ``ok`` (one slow
+  answer among good ones).
+- ``hang``: accepts the TCP connection and never starts TLS.
+- ``tls``: answers in plain text without TLS (the client's handshake fails).
+
+Certificates: ``make_cert`` makes a self-signed one, ``make_ca`` and ``make_cert(ca=...)`` a
+CA and a server certificate it signs, with the ``openssl`` command (run-time files in the
+lab's work directory, never committed).
+
+What it must not do: anything an API server would not: it answers only those three paths
+(404 otherwise) and closes every connection after one answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ssl
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+READY_LINE = "listening"
+MODES = ("ok", "fail", "stall", "stall1", "hang", "tls")
+PATHS = (b"/readyz", b"/healthz", b"/livez")
+
+
+def _openssl(*args: str) -> None:
+    proc = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"openssl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
+
+
+def make_ca(directory: Path, name: str = "vipd-lab-ca") -> tuple[Path, Path]:
+    """A self-signed CA (EC P-256, one day); returns (certificate, key)."""
+    crt, key = directory / f"{name}.crt", directory / f"{name}.key"
+    if not crt.exists():
+        _openssl(
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
+            "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )  # fmt: skip
+    return crt, key
+
+
+def make_cert(
+    directory: Path, name: str = "vipd-lab-apiserver", ca: tuple[Path, Path] | None = None
+) -> tuple[Path, Path]:
+    """A server certificate for ``name`` (self-signed, or signed by ``ca``); (cert, key)."""
+    crt, key = directory / f"{name}.crt", directory / f"{name}.key"
+    if crt.exists():
+        return crt, key
+    san = "subjectAltName=DNS:kubernetes,IP:127.0.0.1"
+    if ca is None:
+        _openssl(
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
+            "-subj", f"/CN={name}", "-addext", san,
+        )  # fmt: skip
+        return crt, key
+    csr = directory / f"{name}.csr"
+    ext = directory / f"{name}.ext"
+    ext.write_text(san + "\n")
+    _openssl(
+        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}",
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
+        "-CAcreateserial", "-out", str(crt), "-days", "1", "-extfile", str(ext),
+    )  # fmt: skip
+    return crt, key
+
+
+def read_mode(path: Path | None) -> str:
+    if path is None:
+        return "ok"
+    try:
+        mode = path.read_text().strip()
+    except OSError:
+        return "ok"
+    return mode if mode in MODES else "ok"
+
+
+class HealthServer:
+    """The asyncio server; ``serve_forever`` on its own loop (``run_in_thread``)."""
+
+    def __init__(self, port: int, cert: Path, key: Path, mode_file: Path | None) -> None:
+        self.port = port
+        self.mode_file = mode_file
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(str(cert), str(key))
+        self.served = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            mode = read_mode(self.mode_file)
+            if mode == "hang":
+                await reader.read()  # until the client gives up
+                return
+            if mode == "tls":
+                writer.write(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+                return
+            await writer.start_tls(self.ctx)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
+            parts = head.split(b" ", 2)
+            path = parts[1] if len(parts) > 2 else b""
+            if mode == "stall1" and self.mode_file is not None:
+                self.mode_file.write_text("ok\n")
+            if mode in ("stall", "stall1"):
+                await reader.read()
+                return
+            if path not in PATHS:
+                status, body = b"404 Not Found", b"404 page not found\n"
+            elif mode == "fail":
+                status, body = b"500 Internal Server Error", b"[-]etcd failed: reason withheld\n"
+            else:
+                status, body = b"200 OK", b"ok"
+            writer.write(
+                b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                b"Content-Length: "
+                + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n"
+                + body
+            )
+            await writer.drain()
+            self.served += 1
+        except (OSError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # a client that resets or times out: nothing to do
+        except asyncio.LimitOverrunError:
+            pass
+        finally:
+            writer.transport.abort()
+
+    async def serve_forever(self, ready: threading.Event | None = None) -> None:
+        server = await asyncio.start_server(self._handle, host=None, port=self.port)
+        if ready is not None:
+            ready.set()
+        async with server:
+            await server.serve_forever()
+
+    def run_in_thread(self, timeout: float = 5.0) -> threading.Thread:
+        """Serve on a daemon thread with its own loop; returns once the port is bound."""
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def main() -> None:
+            try:
+                asyncio.run(self.serve_forever(ready))
+            except BaseException as exc:
+                errors.append(exc)
+                ready.set()
+
+        thread = threading.Thread(target=main, name="health-server", daemon=True)
+        thread.start()
+        if not ready.wait(timeout) or errors:
+            raise RuntimeError(f"health server on port {self.port} did not start: {errors}")
+        return thread
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vipd.lab.apiserver",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--port", type=int, default=6443)
+    parser.add_argument("--cert", required=True, type=Path)
+    parser.add_argument("--key", required=True, type=Path)
+    parser.add_argument("--mode-file", type=Path, default=None)
+    args = parser.parse_args(argv)
+    server = HealthServer(args.port, args.cert, args.key, args.mode_file)
+    ready = threading.Event()
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve_forever(ready))
+        while not ready.is_set() and not task.done():
+            await asyncio.sleep(0.01)
+        print(f"{READY_LINE} port={args.port}", flush=True)
+        await task
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
