@@ -1,4 +1,4 @@
-"""The ``vipd`` command line: run, check, lab, version.
+"""The ``vipd`` command line: run, check, status, lab, version.
 
 What it is: argument parsing and exit codes. Configuration errors are one line on stderr,
 naming the key and the rule, with exit code 2, before anything on the host is touched.
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from vipd.preflight import Preflight
 
 EXIT_CONFIG = 2
+EXIT_LISTEN = 3  # metrics.listen is taken (another vipd on this node?): vipd.httpd
 
 
 def _load(path: str | None) -> tuple[Config, Preflight]:
@@ -65,14 +66,25 @@ def _check_ca_file(cfg: Config) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vipd import daemon
+    from vipd import daemon, httpd
     from vipd import log as vlog
 
     cfg, pre = _load(args.config)
+    # The endpoint's port is bound before anything else happens: it is the per-node lock that
+    # keeps a second vipd out of the election (`vipd adopt` relies on it).
+    try:
+        endpoint = httpd.Endpoint.bind(cfg.metrics.listen)
+    except httpd.ListenError as exc:
+        print(f"vipd: {exc}", file=sys.stderr)
+        return EXIT_LISTEN
     logger = vlog.setup(cfg.log.format, cfg.log.level)
     for finding in pre.findings:
         logger.info("preflight", extra={"fields": {"finding": finding}})
-    return daemon.run(cfg, pre)
+    logger.info(
+        "endpoint listening",
+        extra={"fields": {"listen": cfg.metrics.listen, "paths": "/metrics /healthz /readyz"}},
+    )
+    return daemon.run(cfg, pre, endpoint)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -96,6 +108,30 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     for finding in pre.findings:
         print(f"  preflight: {finding}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from vipd import status
+
+    url = args.url
+    if url is None and args.config is not None:
+        from vipd import config
+
+        try:
+            cfg = config.load(args.config, env=os.environ, hostname=socket.gethostname())
+        except config.ConfigError as exc:
+            print(f"vipd: config error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        url = status.url_for_listen(cfg.metrics.listen)
+    try:
+        doc = status.fetch(url or status.DEFAULT_URL, timeout=args.timeout)
+    except status.StatusError as exc:
+        print(f"vipd status: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(doc, indent=2) if args.json else status.render(doc))
     return 0
 
 
@@ -167,6 +203,15 @@ def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
         "--config", "-c", help="YAML config file (default: the YAML text in $VIPD_CONFIG)"
     )
     p_check.set_defaults(func=cmd_check)
+
+    p_status = sub.add_parser("status", help="show what a running vipd on this node is doing")
+    p_status.add_argument(
+        "--url", help="the vipd endpoint (default: from --config, else http://127.0.0.1:2112)"
+    )
+    p_status.add_argument("--config", "-c", help="YAML config file, for metrics.listen")
+    p_status.add_argument("--json", action="store_true", help="print the raw JSON document")
+    p_status.add_argument("--timeout", type=float, default=3.0, help="seconds (default 3)")
+    p_status.set_defaults(func=cmd_status)
 
     p_lab = sub.add_parser(
         "lab", help="run vipd on network-namespace nodes, inject faults, measure the outage"

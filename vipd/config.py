@@ -11,7 +11,7 @@ What this module does
     Every value is checked before anything is returned: there is no half-applied config.
     Unknown keys are errors at every level (a typo must not silently become a default), and so
     are the keys of features this version does not have yet (``health``, ``ipvs``,
-    ``metrics``, ``election.lease``, ``election.vrrp.vmac``).
+    ``election.lease``, ``election.vrrp.vmac``).
 
 What it must not do
     It is part of the pure core (``docs/architecture.md``): no asyncio, socket, pyroute2, time
@@ -74,6 +74,7 @@ __all__ = [
     "Health",
     "Ipvs",
     "Log",
+    "Metrics",
     "Vrrp",
     "load",
     "parse",
@@ -101,7 +102,6 @@ ENV_OVERRIDES: Mapping[str, tuple[str, Literal["str", "int", "float"]]] = {
 # One key per line: each lands with its own feature and leaves this list on its own line.
 _NOT_IMPLEMENTED = frozenset(
     {
-        "metrics",
         "election.lease",
         "election.vrrp.vmac",
     }
@@ -262,6 +262,24 @@ class Ipvs:
     backends: tuple[IPAddress, ...] = ()
 
 
+DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    # host:port of the HTTP endpoint (/metrics, /healthz, /readyz, /status). vipd binds it
+    # before joining the election, so it is also the per-node lock between two vipd instances.
+    listen: str = "0.0.0.0:2112"  # DEFAULT_METRICS_LISTEN
+
+    @property
+    def host(self) -> str:
+        return self.listen.rsplit(":", 1)[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rsplit(":", 1)[1])
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     node: str
@@ -272,6 +290,7 @@ class Config:
     log: Log = Log()
     health: Health | None = None  # None: no health checks, no gating
     ipvs: Ipvs = Ipvs()
+    metrics: Metrics = Metrics()
 
 
 # -- entry points ----------------------------------------------------------------------------
@@ -488,7 +507,7 @@ class _Validator:
         top = self.section(
             "",
             data,
-            ("node", "vip", "interface", "election", "garp", "log", "health", "ipvs"),
+            ("node", "vip", "interface", "election", "garp", "log", "health", "ipvs", "metrics"),
         )
         vip = self.vip(top.get("vip"))
         interface = self.interface(top.get("interface"))
@@ -497,6 +516,7 @@ class _Validator:
         garp = self.garp(top.get("garp"))
         log = self.log(top.get("log"))
         health = self.health(top.get("health"), election) if "health" in top else None
+        metrics = self.metrics(top.get("metrics"))
         return Config(
             node=node,
             vip=vip,
@@ -506,6 +526,7 @@ class _Validator:
             log=log,
             health=health,
             ipvs=self.ipvs(top.get("ipvs"), vip, health),
+            metrics=metrics,
         )
 
     def node(self, value: object, env: Mapping[str, str], hostname: str | None) -> str:
@@ -864,6 +885,30 @@ class _Validator:
                 self.fail(k, f"is listed twice (first as {key}[{out.index(ip)}])", item)
             out.append(ip)
         return tuple(out)
+
+    def metrics(self, value: object) -> Metrics:
+        sec = self.section("metrics", value, ("listen",))
+        key = "metrics.listen"
+        listen = sec.get("listen", DEFAULT_METRICS_LISTEN)
+        rule = (
+            'must be "HOST:PORT" with an IP address literal as HOST ("[::]:2112" for IPv6) '
+            "and a port from 1 to 65535"
+        )
+        if not isinstance(listen, str):
+            self.fail(key, rule, listen)
+        m = re.fullmatch(r"(\[([^\]]+)\]|[^:\[\]]+):([0-9]{1,5})", listen)
+        if m is None:
+            self.fail(key, rule, listen)
+        host = m.group(2) if m.group(2) is not None else m.group(1)
+        try:
+            ip = ip_address(host)
+        except ValueError:
+            self.fail(key, rule, listen)
+        if isinstance(ip, IPv6Address) != (m.group(2) is not None) or "%" in host:
+            self.fail(key, rule, listen)
+        if not 1 <= int(m.group(3)) <= 65535:
+            self.fail(key, rule, listen)
+        return Metrics(listen=listen)
 
 
 def _vip_problem(ip: IPAddress) -> str | None:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from vipd import metrics
 from vipd.actuators.address import Op, plan
 
 
@@ -116,12 +117,18 @@ class Controller:
             self._converge(resync)
         except Exception as exc:
             self.stats.reconcile_errors += 1
+            metrics.RECONCILE_ERRORS.labels(actuator="address").inc()
             self.log.error(
                 "reconcile failed", extra={"fields": {"actuator": "address", "error": exc}}
             )
             self._retry.set()
             return False
+        finally:
+            self._export_bound()
         return True
+
+    def _export_bound(self) -> None:
+        metrics.VIP_BOUND.labels(vip=str(self.address.vip)).set(1 if self.bound else 0)
 
     async def run(self) -> None:
         """Resync every ``resync_interval`` (sooner after a failure); runs until cancelled."""
@@ -145,6 +152,7 @@ class Controller:
             if op is not None:
                 if present != self.bound:
                     self.stats.resync_repairs += 1
+                    metrics.VIP_REPAIRS.inc()
                 what = "missing while leader: re-adding" if op is Op.ADD else "present: removing"
                 self.log.warning(f"VIP {what}", extra={"fields": {"vip": self.address.vip}})
             self.bound = present
@@ -157,6 +165,7 @@ class Controller:
             removed = self.address.remove()
             if removed or self.bound:
                 self.stats.vip_removed += 1
+                metrics.VIP_CHANGES.labels(op="remove").inc()
                 self.log.info("VIP removed", extra={"fields": {"vip": self.address.vip}})
             self.bound = False
 
@@ -179,6 +188,11 @@ class Controller:
             self._pending_takeover = None
             fields["decision_to_bound_ms"] = round((bound - takeover.decided) * 1e3, 3)
             fields["decision_to_garp_ms"] = round((announced - takeover.decided) * 1e3, 3)
+            metrics.TAKEOVER_DURATION.labels(stage="bound").observe(bound - takeover.decided)
+            metrics.TAKEOVER_DURATION.labels(stage="announced").observe(
+                announced - takeover.decided
+            )
+        metrics.VIP_CHANGES.labels(op="add").inc()
         self.log.info("VIP bound and announced", extra={"fields": fields})
 
     def _schedule_followups(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -216,7 +230,9 @@ class Controller:
         self.announcer.cancel()
         if self.address.remove() or self.bound:
             self.stats.vip_removed += 1
+            metrics.VIP_CHANGES.labels(op="remove").inc()
             self.log.info(
                 "VIP removed", extra={"fields": {"vip": self.address.vip, "reason": "stopping"}}
             )
         self.bound = False
+        self._export_bound()

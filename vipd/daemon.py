@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
+from vipd import __version__, metrics, sdnotify
 from vipd import log as vlog
-from vipd import sdnotify
 from vipd.actuators.address import AddressActuator
 from vipd.actuators.announce import Announcer
 from vipd.config import Config
@@ -36,6 +36,7 @@ from vipd.controller import Controller, GarpPolicy
 from vipd.health import gate
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
+from vipd.httpd import Endpoint
 from vipd.ipvs.plan import Service, ServiceKey
 from vipd.ipvs.reconciler import IpvsReconciler, IpvsSpec
 from vipd.linkwatch import LinkWatch
@@ -50,6 +51,14 @@ IPAddress = IPv4Address | IPv6Address
 TIMER_SLACK = 0.002
 EXIT_OK = 0
 EXIT_CRASH = 1
+# Peers remembered for the status document (multicast: anyone on our VRID could show up).
+MAX_PEERS = 64
+# Role names shared by every election backend (vipd.metrics.ROLES).
+ROLE_OF_STATE = {
+    state.State.ACTIVE: "leader",
+    state.State.BACKUP: "follower",
+    state.State.INITIALIZE: "init",
+}
 
 
 @dataclass
@@ -66,8 +75,9 @@ class VrrpStats:
 class VrrpInstance:
     """One VRID on one interface: transport + state machine + controller."""
 
-    def __init__(self, cfg: Config, pre: Preflight) -> None:
+    def __init__(self, cfg: Config, pre: Preflight, endpoint: Endpoint | None = None) -> None:
         self.cfg = cfg
+        self.endpoint = endpoint
         self.pre = pre
         self.log = vlog.get()
         v = cfg.election.vrrp
@@ -116,6 +126,14 @@ class VrrpInstance:
         self.handover_bound = (
             state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval
         )
+        # Observability (vipd.metrics, /status): who we heard, and what went wrong lately.
+        self.peers: dict[IPAddress, tuple[int, float]] = {}  # address -> (priority, seen at)
+        self._claimed_at: float | None = None  # last advert claiming the VIP while we held it
+        self._claims = 0
+        self._master_advert_at: float | None = None  # the followed master's last advert
+        self._send_error: str | None = None  # the last advert send failure, until one succeeds
+        self._stopping = False
+        self._master_seen: tuple[IPAddress | None, int | None] = (None, None)
 
     # -- adverts -------------------------------------------------------------------------
 
@@ -146,9 +164,13 @@ class VrrpInstance:
             try:
                 self.transport.send(message, dst)
                 self.stats.adverts_sent += 1
+                metrics.VRRP_ADVERTS_SENT.inc()
+                self._send_error = None
             except OSError as exc:
                 # A down link must not stop the loop: the next tick retries.
                 self.stats.send_errors += 1
+                metrics.VRRP_SEND_ERRORS.inc()
+                self._send_error = f"{exc} (to {dst})"
                 if self.stats.send_errors in (1, 10, 100) or self.stats.send_errors % 1000 == 0:
                     self.log.warning(
                         "advert send failed",
@@ -178,10 +200,14 @@ class VrrpInstance:
                 self.controller.announce()
                 self.log.info("re-announcing", extra={"fields": {"reason": action.reason}})
         self._rearm()
+        if (self.machine.master_ip, self.machine.master_priority) != self._master_seen:
+            self._master_seen = (self.machine.master_ip, self.machine.master_priority)
+            metrics.set_master(*self._master_seen)
 
     def _log_transition(self, role: str, reason: str) -> None:
         self.stats.transitions[role] += 1
         m = self.machine
+        self._observe_transition(reason)
         self.log.info(
             f"became {role}",
             extra={
@@ -196,6 +222,21 @@ class VrrpInstance:
                 }
             },
         )
+
+    def _observe_transition(self, reason: str) -> None:
+        """Metrics of a role change; runs after the VIP was bound/removed and announced."""
+        role = ROLE_OF_STATE[self.machine.state]
+        metrics.set_role("vrrp", role)
+        metrics.TRANSITIONS.labels(
+            backend="vrrp", role=role, reason=state.reason_label(reason)
+        ).inc()
+        metrics.VRRP_PRIORITY.set(self.machine.priority)
+        if role == "leader" and self._master_advert_at is not None:
+            since = time.monotonic() - self._master_advert_at
+            metrics.TAKEOVER_SINCE_ADVERT.observe(max(0.0, since))
+        if role != "follower":
+            self._master_advert_at = None
+        self._publish(time.monotonic())
 
     def _rearm(self) -> None:
         if self._timer is not None:
@@ -238,6 +279,7 @@ class VrrpInstance:
         for item in self.transport.receive():
             if isinstance(item, packet.DecodeError):
                 self.stats.invalid[item.reason] += 1
+                metrics.VRRP_INVALID.labels(reason=item.reason).inc()
                 continue
             self._on_datagram(item, now)
 
@@ -252,6 +294,8 @@ class VrrpInstance:
             return
         self.stats.adverts_received += 1
         self.stats.checksum_forms[form] += 1
+        metrics.VRRP_ADVERTS_RECEIVED.inc()
+        self._saw_peer(dgram.src, now, advert.priority)
         if self._handover is not None:
             # Stopping: we only wait for a successor, the election is over for us.
             if advert.priority > 0:
@@ -261,6 +305,7 @@ class VrrpInstance:
         self._apply(
             self.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs), now
         )
+        self._after_advert(dgram.src, now, advert.priority)
 
     def _dropped(self, err: packet.DecodeError, src: IPAddress) -> None:
         """Count a dropped advert; say so at 1, 10, 100, … of each reason.
@@ -270,6 +315,7 @@ class VrrpInstance:
         master — or garbage, so it is a warning, rate-limited so a flood cannot fill the log.
         """
         count = self.stats.invalid[err.reason] = self.stats.invalid[err.reason] + 1
+        metrics.VRRP_INVALID.labels(reason=err.reason).inc()
         if count & (count - 1) == 0 or count in (10, 100, 1000) or count % 10000 == 0:
             level = logging.DEBUG if err.reason == "vrid" else logging.WARNING
             self.log.log(
@@ -277,6 +323,132 @@ class VrrpInstance:
                 "advert dropped",
                 extra={"fields": {"reason": err.reason, "src": src, "count": count, "detail": err}},
             )
+
+    def _saw_peer(self, src: IPAddress, now: float, priority: int) -> None:
+        """Remember a peer for /status."""
+        if src not in self.peers and len(self.peers) >= MAX_PEERS:
+            del self.peers[min(self.peers, key=lambda a: self.peers[a][1])]
+        self.peers[src] = (priority, now)
+
+    def _after_advert(self, src: IPAddress, now: float, priority: int) -> None:
+        """Follow the master's adverts; count a claim on the VIP that we keep holding.
+
+        VRRP backups are silent, so an advert with a priority is another node leading. When
+        it makes us step down that is an ordinary preemption; when we stay leader with the
+        VIP bound, two nodes claim it at once (a split brain, healing or not)."""
+        m = self.machine
+        if m.state is state.State.BACKUP and m.master_ip == src:
+            self._master_advert_at = now
+        held = self.controller is not None and self.controller.bound
+        if priority > 0 and held and m.state is state.State.ACTIVE:
+            self._claimed_at = now
+            self._claims += 1
+            metrics.DUPLICATE_CLAIMS.inc()
+            n = self._claims
+            if n & (n - 1) == 0 or n % 1000 == 0:
+                self.log.warning(
+                    "another node claims the VIP while we hold it",
+                    extra={"fields": {"claimant": src, "claimant_priority": priority, "count": n}},
+                )
+
+    # -- observability ------------------------------------------------------------------
+
+    def _duplicate_claim(self) -> float:
+        """vipd_vip_duplicate_claim, read by the HTTP thread when scraped."""
+        claimed, held = self._claimed_at, self.controller is not None and self.controller.bound
+        window = 3 * self.machine.advert_interval
+        return 1.0 if held and claimed is not None and time.monotonic() - claimed <= window else 0.0
+
+    def _master_advert_age(self) -> float:
+        """vipd_vrrp_master_advert_age_seconds, read by the HTTP thread when scraped."""
+        if self.machine.state is state.State.ACTIVE:
+            return 0.0
+        master = self.machine.master_ip
+        seen = self.peers.get(master) if master is not None else None
+        return -1.0 if seen is None else max(0.0, time.monotonic() - seen[1])
+
+    def readiness(self) -> tuple[bool, str]:
+        """/readyz: does this node take part in the election right now, and if not, why."""
+        if self._stopping:
+            return False, "stopping: left the election"
+        if self.transport is None or self.controller is None:
+            return False, "starting: sockets not open yet"
+        if self.linkwatch is not None and not self.linkwatch.state:
+            return False, f"interface {self.ifname} is down: not in the election"
+        if self.machine.state is state.State.INITIALIZE:
+            return False, "not in the election"
+        if self._send_error is not None:
+            return False, f"adverts cannot be sent: {self._send_error}"
+        return True, "ready"
+
+    def _status_backends(self) -> list[dict[str, Any]]:
+        """The ``backends`` of /status and `vipd status`: the health feature (issue 3) fills
+        this with one entry per API-server backend: {"name", "address", "healthy", "detail"}."""
+        return []
+
+    def status(self, now: float) -> dict[str, Any]:
+        """The /status document (see vipd.status for its shape); built on the loop."""
+        m = self.machine
+        master: dict[str, Any] | None = None
+        if m.master_ip is not None:
+            leading = m.state is state.State.ACTIVE
+            seen = None if leading else self.peers.get(m.master_ip)
+            master = {
+                "address": str(m.master_ip),
+                "priority": m.master_priority,
+                "self": leading,
+                "advert_age_s": None if seen is None else round(now - seen[1], 6),
+            }
+        peers = [
+            {"address": str(a), "priority": p, "last_seen_s": round(now - t, 6)}
+            for a, (p, t) in sorted(self.peers.items(), key=lambda kv: kv[1][1], reverse=True)
+        ]
+        return {
+            "node": self.cfg.node,
+            "version": __version__,
+            "vip": str(self.cfg.vip),
+            "interface": self.ifname,
+            "source": str(self.source),
+            "backend": "vrrp",
+            "role": ROLE_OF_STATE[m.state],
+            "role_since_s": None if m.state_since is None else round(now - m.state_since, 6),
+            "last_reason": m.last_reason,
+            "vip_bound": bool(self.controller is not None and self.controller.bound),
+            "duplicate_claim": self._duplicate_claim() == 1.0,
+            "interface_up": bool(self.linkwatch is not None and self.linkwatch.state),
+            "vrrp": {
+                "vrid": self.vrrp.vrid,
+                "version": self.vrrp.version,
+                "state": m.state.value,
+                "priority": m.priority,
+                "advert_interval_s": self.vrrp.advert_interval,
+                "master_down_interval_s": round(m.mdi, 6),
+                "mode": "unicast" if self.pre.unicast_peers else "multicast",
+            },
+            "master": master,
+            "peers": peers,
+            "backends": self._status_backends(),
+            "counters": {
+                "transitions": sum(self.stats.transitions.values()),
+                "adverts_sent": self.stats.adverts_sent,
+                "adverts_received": self.stats.adverts_received,
+                "advert_send_errors": self.stats.send_errors,
+                "invalid_adverts": dict(self.stats.invalid),
+                "garp_sent": self.stats.garp_sent,
+                "duplicate_claims": self._claims,
+            },
+        }
+
+    def _publish(self, now: float) -> None:
+        """Hand the status and readiness to the HTTP thread; a bug here must not kill the
+        election, so it is logged instead."""
+        if self.endpoint is None:
+            return
+        try:
+            ready, reason = self.readiness()
+            self.endpoint.publish(self.status(now), ready, reason)
+        except Exception:
+            self.log.exception("could not publish the status")
 
     @property
     def transport_v6(self) -> bool:
@@ -289,7 +461,19 @@ class VrrpInstance:
         loop = asyncio.get_running_loop()
         self._fatal = loop.create_future()
         worker: asyncio.Task[None] | None = None
+        heart: asyncio.Task[None] | None = None
         code = EXIT_OK
+        metrics.init_vrrp(
+            node=self.cfg.node,
+            vip=str(self.cfg.vip),
+            interface=self.ifname,
+            priority=self.vrrp.priority,
+        )
+        metrics.DUPLICATE_CLAIM.set_function(self._duplicate_claim)
+        metrics.VRRP_MASTER_ADVERT_AGE.set_function(self._master_advert_age)
+        if self.endpoint is not None:
+            self.endpoint.beat(time.monotonic())
+            heart = loop.create_task(self.endpoint.heartbeat(self._publish), name="heartbeat")
         try:
             mac = parse_mac(self.pre.link.mac)
             frame = announcement(mac, self.cfg.vip)
@@ -318,6 +502,7 @@ class VrrpInstance:
             self._start_health()
             self._start_ipvs()
             loop.add_reader(self.linkwatch.fileno(), self._guarded, self.linkwatch.on_readable)
+            metrics.INTERFACE_UP.labels(interface=self.ifname).set(1 if self.linkwatch.state else 0)
             if self.linkwatch.state:
                 now = time.monotonic()
                 self._apply(self.machine.start(now), now)
@@ -360,7 +545,13 @@ class VrrpInstance:
         except Exception:
             self.log.exception("crashed: releasing the VIP and exiting")
             code = EXIT_CRASH
+        self._stopping = True
+        self._publish(time.monotonic())
         await self._shutdown(worker)
+        if heart is not None:
+            heart.cancel()
+            with contextlib.suppress(BaseException):
+                await heart
         return code
 
     # -- health gating -------------------------------------------------------------------
@@ -474,6 +665,7 @@ class VrrpInstance:
     def _on_link(self, up: bool) -> None:
         """RFC 9568 §6.4: interface down is a Shutdown event, interface up a Startup event."""
         now = time.monotonic()
+        metrics.INTERFACE_UP.labels(interface=self.ifname).set(1 if up else 0)
         if up:
             self.log.info(
                 "interface is up: joining the election",
@@ -489,7 +681,7 @@ class VrrpInstance:
             # The priority-0 advert cannot leave a down link: peers time out instead, so it is
             # not sent, and the step-down says why.
             actions: list[state.Action] = [
-                state.BecomeBackup(f"interface {self.ifname} down: leaving the election")
+                state.BecomeBackup(f"interface-down: {self.ifname} is down, leaving the election")
                 if isinstance(a, state.BecomeBackup)
                 else a
                 for a in self.machine.shutdown(now)
@@ -499,6 +691,7 @@ class VrrpInstance:
 
     def _count_garp(self, n: int) -> None:
         self.stats.garp_sent += n
+        metrics.GARP_SENT.inc(n)
 
     async def _shutdown(self, worker: asyncio.Task[None] | None) -> None:
         """Priority 0 first so a backup starts its Skew timer, then the VIP, then sockets.
@@ -532,6 +725,10 @@ class VrrpInstance:
                         resigned = True
                     elif isinstance(action, state.BecomeBackup):
                         self.log.info("resigned", extra={"fields": {"reason": action.reason}})
+                        metrics.set_role("vrrp", "init")
+                        metrics.TRANSITIONS.labels(
+                            backend="vrrp", role="init", reason=state.reason_label(action.reason)
+                        ).inc()
         if resigned and self._handover is not None and self.linkwatch and self.linkwatch.state:
             started = time.monotonic()
             try:
@@ -588,16 +785,25 @@ def install_signal_handlers(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-async def serve(cfg: Config, pre: Preflight) -> int:
+async def serve(cfg: Config, pre: Preflight, endpoint: Endpoint | None = None) -> int:
     stop = asyncio.Event()
     install_signal_handlers(stop)
-    return await VrrpInstance(cfg, pre).run(stop)
+    return await VrrpInstance(cfg, pre, endpoint).run(stop)
 
 
-def run(cfg: Config, pre: Preflight) -> int:
-    """Run the daemon on uvloop when it is installed, else on asyncio's default loop."""
+def run(cfg: Config, pre: Preflight, endpoint: Endpoint | None = None) -> int:
+    """Run the daemon on uvloop when it is installed, else on asyncio's default loop.
+
+    ``endpoint`` is the HTTP endpoint, already bound by the caller (the port is the per-node
+    lock, taken before joining the election); it serves while the daemon runs."""
+    if endpoint is not None:
+        endpoint.start()
     try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(serve(cfg, pre))
-    return uvloop.run(serve(cfg, pre))
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(serve(cfg, pre, endpoint))
+        return uvloop.run(serve(cfg, pre, endpoint))
+    finally:
+        if endpoint is not None:
+            endpoint.close()

@@ -137,7 +137,7 @@ def test_long_values_are_shortened() -> None:
 @pytest.mark.parametrize(
     ("path", "key", "allowed"),
     [
-        ((), "vips", "election, garp, health, interface, ipvs, log, node, vip"),
+        ((), "vips", "election, garp, health, interface, ipvs, log, metrics, node, vip"),
         (("election",), "vrp", "mode, vrrp"),
         (("election", "vrrp"), "prio", "advert_interval, auth_pass, preempt"),
         (("garp",), "count", "delay, interval, refresh, repeat"),
@@ -155,13 +155,6 @@ def test_unknown_key_is_named_with_the_allowed_ones(
     e = error(data)
     assert e.key == ".".join((*path, key))
     assert "unknown key" in str(e) and allowed in str(e)
-
-
-@pytest.mark.parametrize("key", ["metrics"])
-def test_designed_but_unbuilt_sections_are_rejected(key: str) -> None:
-    e = error({**doc(), key: {"enabled": False}})
-    assert e.key == key
-    assert "not implemented in this version" in str(e)
 
 
 def test_lease_settings_and_vmac_are_rejected_too() -> None:
@@ -738,6 +731,7 @@ def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
     hints = {f.name: f.type for f in dataclasses.fields(cls)}
     nested = {"election": Election, "vrrp": Vrrp, "garp": Garp, "log": Log, "health": Health}
     nested["ipvs"] = config.Ipvs
+    nested["metrics"] = config.Metrics
     for name in hints:
         key = f"{prefix}{name}"
         if name in nested:
@@ -782,6 +776,38 @@ def test_docs_table_has_every_key_and_variable() -> None:
         assert f"`{key}`" in text, key
     for var in config.ENV_OVERRIDES:
         assert f"`{var}`" in text, var
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("listen", "host", "port"),
+    [
+        ("0.0.0.0:2112", "0.0.0.0", 2112),
+        ("127.0.0.1:9100", "127.0.0.1", 9100),
+        ("[::]:2112", "::", 2112),
+        ("[fd00::1]:1", "fd00::1", 1),
+    ],
+)
+def test_metrics_listen(listen: str, host: str, port: int) -> None:
+    cfg = parse({**doc(), "metrics": {"listen": listen}})
+    assert (cfg.metrics.listen, cfg.metrics.host, cfg.metrics.port) == (listen, host, port)
+
+
+def test_metrics_listen_default() -> None:
+    assert parse(doc()).metrics.listen == "0.0.0.0:2112"
+    assert parse({**doc(), "metrics": None}).metrics.listen == "0.0.0.0:2112"
+
+
+@pytest.mark.parametrize(
+    "listen",
+    [":2112", "2112", "localhost:2112", "0.0.0.0:0", "0.0.0.0:65536", "::1:2112", "[1.2.3.4]:80",
+     "[fe80::1%eth0]:2112", "0.0.0.0:21a", 2112, None, ""],
+)  # fmt: skip
+def test_metrics_listen_rejected(listen: object) -> None:
+    e = error({**doc(), "metrics": {"listen": listen}})
+    assert e.key == "metrics.listen" and "HOST:PORT" in str(e)
 
 
 # -- purity ----------------------------------------------------------------------------------

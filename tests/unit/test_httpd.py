@@ -1,0 +1,183 @@
+"""vipd.httpd: the real endpoint on a loopback port, driven by a real asyncio loop.
+
+The loop-blocked test blocks the event loop for longer than HEALTHZ_MAX_AGE and checks that
+/healthz and /readyz turn 503 while it is blocked and 200 again after: the server thread
+answers by itself, from the heartbeat the loop no longer updates. The only timing these tests
+rely on is the documented threshold (2 s), with the block lasting well past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from vipd import httpd, metrics
+
+
+@pytest.fixture
+def endpoint() -> Iterator[httpd.Endpoint]:
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    ep.start()
+    try:
+        yield ep
+    finally:
+        ep.close()
+
+
+def get(ep: httpd.Endpoint, path: str) -> tuple[int, str, str]:
+    url = f"http://127.0.0.1:{ep.port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.headers["Content-Type"], resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def test_metrics_are_served_in_the_text_format(endpoint: httpd.Endpoint) -> None:
+    metrics.init_vrrp(node="n1", vip="10.0.0.100", interface="eth0", priority=100)
+    code, ctype, body = get(endpoint, "/metrics")
+    assert code == 200 and ctype.startswith("text/plain; version=0.0.4")
+    assert "# HELP vipd_role " in body and 'vipd_role{backend="vrrp",role="init"} 1.0' in body
+    assert "vipd_event_loop_heartbeat_age_seconds " in body
+    assert "process_resident_memory_bytes" in body
+
+
+def test_openmetrics_when_asked(endpoint: httpd.Endpoint) -> None:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{endpoint.port}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert resp.read().decode().rstrip().endswith("# EOF")
+
+
+def test_readyz_follows_what_the_loop_publishes(endpoint: httpd.Endpoint) -> None:
+    assert get(endpoint, "/readyz")[::2] == (503, "starting\n")
+    assert get(endpoint, "/healthz")[::2] == (200, "ok\n")
+    endpoint.publish({"role": "follower"}, True, "")
+    assert get(endpoint, "/readyz")[::2] == (200, "ready\n")
+    assert metrics.REGISTRY.get_sample_value("vipd_ready") == 1
+    endpoint.publish({"role": "init"}, False, "interface eth0 is down: not in the election")
+    assert get(endpoint, "/readyz")[::2] == (503, "interface eth0 is down: not in the election\n")
+    assert metrics.REGISTRY.get_sample_value("vipd_ready") == 0
+
+
+def test_status_is_the_published_document_plus_the_verdicts(endpoint: httpd.Endpoint) -> None:
+    endpoint.publish({"role": "leader", "vip": "10.0.0.100", "backends": []}, True, "")
+    code, ctype, body = get(endpoint, "/status")
+    doc = json.loads(body)
+    assert (code, ctype) == (200, "application/json")
+    assert doc["role"] == "leader" and doc["backends"] == []
+    assert (doc["ready"], doc["ready_reason"], doc["healthy"]) == (True, "ready", True)
+
+
+def test_unknown_path_is_404(endpoint: httpd.Endpoint) -> None:
+    assert get(endpoint, "/nope")[0] == 404
+
+
+def test_a_taken_port_is_a_one_line_listen_error(endpoint: httpd.Endpoint) -> None:
+    listen = f"127.0.0.1:{endpoint.port}"
+    with pytest.raises(httpd.ListenError) as info:
+        httpd.Endpoint.bind(listen)
+    text = str(info.value)
+    assert "\n" not in text
+    assert text.startswith(f"cannot listen on {listen} (metrics.listen): ")
+    assert "another vipd" in text
+
+
+def test_ipv6_listen() -> None:
+    ep = httpd.Endpoint.bind("[::1]:0")
+    ep.start()
+    try:
+        with urllib.request.urlopen(f"http://[::1]:{ep.port}/healthz", timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        ep.close()
+
+
+def test_healthz_fails_while_the_loop_is_blocked_and_recovers() -> None:
+    """A real loop with the real heartbeat; one callback blocks it for 2 x the limit."""
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    ep.start()
+    block_for = 2 * httpd.HEALTHZ_MAX_AGE
+    seen: dict[str, list[tuple[int, str]]] = {"healthz": [], "readyz": []}
+    before: list[tuple[int, str, str]] = []
+    after: list[bool] = []
+    blocked = threading.Event()
+    unblocked = threading.Event()
+
+    def poll_until_healthy() -> bool:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if get(ep, "/healthz")[0] == 200 and get(ep, "/readyz")[0] == 200:
+                return True
+            time.sleep(0.05)
+        return False
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        beats: list[float] = []
+
+        def on_beat(now: float) -> None:
+            beats.append(now)
+            ep.publish({"role": "follower"}, True, "")
+
+        heart = loop.create_task(ep.heartbeat(on_beat))
+        while len(beats) < 2:  # beating, and published ready
+            await asyncio.sleep(0.05)
+        before.append(await asyncio.to_thread(get, ep, "/readyz"))
+
+        def block() -> None:
+            blocked.set()
+            time.sleep(block_for)  # the loop is stuck here, as on a blocking write
+            unblocked.set()
+
+        loop.call_soon(block)
+        await asyncio.sleep(0)
+        after.append(await asyncio.to_thread(poll_until_healthy))
+        heart.cancel()
+
+    def prober() -> None:
+        blocked.wait(10)
+        while not unblocked.is_set():
+            for path in ("healthz", "readyz"):
+                code, _, body = get(ep, f"/{path}")
+                seen[path].append((code, body))
+            time.sleep(0.1)
+
+    t = threading.Thread(target=prober)
+    t.start()
+    try:
+        asyncio.run(main())
+    finally:
+        t.join(15)
+        ep.close()
+    assert before[0][::2] == (200, "ready\n")
+    for path in ("healthz", "readyz"):
+        codes = [c for c, _ in seen[path]]
+        # Answered throughout the block, and 503 once the heartbeat is older than the limit.
+        assert 503 in codes, seen[path]
+        first_bad = codes.index(503)
+        assert all(c == 503 for c in codes[first_bad:]), seen[path]
+        body = seen[path][first_bad][1]
+        assert body.startswith("event loop blocked: last heartbeat "), body
+        age = float(body.split("heartbeat ")[1].split(" s ago")[0])
+        assert age > httpd.HEALTHZ_MAX_AGE
+    assert after == [True], "healthz/readyz did not recover after the loop ran again"
+
+
+def test_close_releases_the_port() -> None:
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    ep.start()
+    port = ep.port
+    ep.close()
+    again = httpd.Endpoint.bind(f"127.0.0.1:{port}")
+    again.close()

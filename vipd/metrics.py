@@ -1,0 +1,355 @@
+"""Every Prometheus metric vipd exports, defined in this one module.
+
+What it is: the metric definitions (``vipd_`` prefix, base units: seconds, frames, adverts),
+each with help text that says how to read it, on vipd's own registry ``REGISTRY`` (served on
+``metrics.listen``, by default ``:2112/metrics``, see ``vipd.httpd``), plus a few helpers that
+keep label sets consistent (``set_role``, ``set_master``). The README's metrics table lists
+them all, and ``tests/unit/test_metrics.py`` checks that every metric defined here is in that
+table, has help text and the prefix, and that ``promtool check metrics`` is clean.
+
+Adding a metric (each feature adds its own, in its own section below): define it here with
+``registry=REGISTRY``, name it ``vipd_<thing>_<unit>[_total]``, write help text that says what
+a healthy value looks like, give every label a bounded set of values (never an error text, a
+timestamp or a free-form reason: ``vrrp.state.reason_label()`` is the pattern), pre-create
+the label values that are known up front (so a query sees 0, not "no data"), and add a row
+to the README's metrics table.
+
+What it must not do: do any I/O, or be imported by the pure core (prometheus_client takes
+locks; the core returns data and the shell counts it). Updating a metric is cheap (a lock and
+an add) but still happens *after* the VIP is bound and announced on the takeover path, never
+before.
+"""
+
+from __future__ import annotations
+
+import platform
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.process_collector import ProcessCollector
+
+from vipd import __version__
+
+# No *_created series next to every counter and histogram: they double the exposition and
+# Prometheus' text format does not use them (the process start time is exported anyway).
+disable_created_metrics()  # type: ignore[no-untyped-call]
+REGISTRY = CollectorRegistry(auto_describe=True)
+# process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
+# process_start_time_seconds, …: the standard process metrics, without the vipd_ prefix.
+ProcessCollector(registry=REGISTRY)
+
+# Election backends and the roles every backend reports. "init" means not taking part in the
+# election at all: starting, its interface down, or stopping.
+BACKENDS = ("vrrp", "lease")
+ROLES = ("leader", "follower", "init")
+# The stable reason labels (vrrp.state.REASON_LABELS plus the shell's own).
+INVALID_REASONS = (
+    "truncated",
+    "length",
+    "version",
+    "type",
+    "checksum",
+    "ttl",
+    "auth",
+    "interval",
+    "address-list",
+    "vrid",
+    "source",
+    "family",
+)
+ACTUATORS = ("address",)  # IPVS adds "ipvs" when it lands
+
+# Actuation happens in well under a millisecond (README: p99 ~1.3 ms on a busy 2-core
+# machine); the buckets resolve that and still catch a pathological 0.1–1 s.
+_TAKEOVER_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.1,
+    1.0,
+)
+# Last advert → takeover is Master_Down_Interval (3 × advert interval + skew): 0.03 s at the
+# shortest VRRPv3 interval, ~3.4 s at the 1 s default, up to ~123 s at 40.95 s.
+_SINCE_ADVERT_BUCKETS = (
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.35,
+    0.5,
+    1.0,
+    2.5,
+    3.0,
+    3.5,
+    4.0,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    130.0,
+)
+_LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+# -- process -----------------------------------------------------------------------------
+
+BUILD_INFO = Gauge(
+    "vipd_build_info",
+    "Always 1; the labels say which vipd and Python run here. Join on instance to label "
+    "other series with the version during a rolling upgrade.",
+    ["version", "python"],
+    registry=REGISTRY,
+)
+BUILD_INFO.labels(version=__version__, python=platform.python_version()).set(1)
+
+NODE_INFO = Gauge(
+    "vipd_node_info",
+    "Always 1; what this vipd serves: its node name, the VIP, the interface and the election "
+    "backend. Join on instance to show node names instead of scrape addresses.",
+    ["node", "vip", "interface", "backend"],
+    registry=REGISTRY,
+)
+
+READY = Gauge(
+    "vipd_ready",
+    "1 when this node takes part in the election (config loaded, sockets open, interface up, "
+    "adverts going out), the same answer as /readyz; 0 while starting, stopping, or when its "
+    "interface is down or its advert socket fails.",
+    registry=REGISTRY,
+)
+
+LOOP_HEARTBEAT_AGE = Gauge(
+    "vipd_event_loop_heartbeat_age_seconds",
+    "Seconds since the event loop last ran its heartbeat (it beats every 0.25 s), read when "
+    "scraped. Near 0.25 or below is healthy; above 2 (HEALTHZ_MAX_AGE) /healthz answers 503: "
+    "the loop that sends adverts is blocked.",
+    registry=REGISTRY,
+)
+
+LOOP_LAG = Histogram(
+    "vipd_event_loop_lag_seconds",
+    "How late the event loop woke the heartbeat, against when it asked to be woken. A few "
+    "milliseconds is normal; lag near the advert interval delays adverts and takeovers.",
+    buckets=_LOOP_LAG_BUCKETS,
+    registry=REGISTRY,
+)
+
+# -- election (every backend) --------------------------------------------------------------
+
+ROLE = Gauge(
+    "vipd_role",
+    "1 for the role this node has now in each election backend, 0 for the others. "
+    'sum(vipd_role{role="leader"}) over a cluster must be exactly 1.',
+    ["backend", "role"],
+    registry=REGISTRY,
+)
+
+TRANSITIONS = Counter(
+    "vipd_role_transitions_total",
+    "Role changes by new role and reason label (vrrp: start, master-down, preempted, "
+    "shutdown, interface-down). A few per failover is normal; a steady rise is flapping.",
+    ["backend", "role", "reason"],
+    registry=REGISTRY,
+)
+
+# -- VIP and announcements -------------------------------------------------------------------
+
+VIP_BOUND = Gauge(
+    "vipd_vip_bound",
+    "1 while the VIP is bound on this node's interface (as vipd last observed or set it), "
+    "else 0. sum by (vip) over the cluster: 1 is right, 0 means nobody answers, 2+ is a "
+    "split brain.",
+    ["vip"],
+    registry=REGISTRY,
+)
+
+VIP_CHANGES = Counter(
+    "vipd_vip_changes_total",
+    "VIP additions (op=add) and removals (op=remove) done by this node. Rises by one per "
+    "takeover or step-down.",
+    ["op"],
+    registry=REGISTRY,
+)
+
+VIP_REPAIRS = Counter(
+    "vipd_vip_repairs_total",
+    "Times the periodic resync found the VIP not as vipd left it (deleted by hand on the "
+    "leader, or present on a follower) and repaired it. Should stay 0; a rise means "
+    "something else manages this address.",
+    registry=REGISTRY,
+)
+
+DUPLICATE_CLAIMS = Counter(
+    "vipd_vip_duplicate_claims_total",
+    "Adverts from another node claiming the VIP (priority > 0) received while this node held "
+    "it. One at a preemption is normal (the returning node's first advert); a steady rise is "
+    "a split brain or a second cluster on the same VRID.",
+    registry=REGISTRY,
+)
+
+DUPLICATE_CLAIM = Gauge(
+    "vipd_vip_duplicate_claim",
+    "1 while this node holds the VIP and another node claimed it within the last 3 advert "
+    "intervals, else 0. Any 1 lasting longer than a scrape is a split brain.",
+    registry=REGISTRY,
+)
+
+GARP_SENT = Counter(
+    "vipd_garp_frames_sent_total",
+    "Gratuitous ARP (IPv4) or unsolicited neighbour advertisement (IPv6) frames sent for the "
+    "VIP: garp.repeat per burst, a burst per takeover and another after garp.delay.",
+    registry=REGISTRY,
+)
+
+TAKEOVER_DURATION = Histogram(
+    "vipd_takeover_duration_seconds",
+    "Time from the election's decision to lead to the VIP bound (stage=bound) and to the "
+    "first gratuitous ARP / NA on the wire (stage=announced). Sub-millisecond is normal.",
+    ["stage"],
+    buckets=_TAKEOVER_BUCKETS,
+    registry=REGISTRY,
+)
+
+TAKEOVER_SINCE_ADVERT = Histogram(
+    "vipd_takeover_since_last_advert_seconds",
+    "At a takeover, the time since the last advert this node had received from the master it "
+    "followed: Master_Down_Interval (3 x interval + skew) when the master died, about the "
+    "skew time after a priority-0 (graceful) resignation. Not observed when this node "
+    "followed no master (at start, or preempting a lower-priority leader).",
+    buckets=_SINCE_ADVERT_BUCKETS,
+    registry=REGISTRY,
+)
+
+RECONCILE_ERRORS = Counter(
+    "vipd_reconcile_errors_total",
+    "Failed attempts to converge the host (the kernel refused a change), by actuator. "
+    "Retried within 0.5 s; a steady rise means the host cannot be converged.",
+    ["actuator"],
+    registry=REGISTRY,
+)
+
+# -- VRRP ------------------------------------------------------------------------------------
+
+VRRP_ADVERTS_SENT = Counter(
+    "vipd_vrrp_adverts_sent_total",
+    "VRRP adverts sent (one per destination). Rises by 1/advert_interval per destination on "
+    "the leader, 0 on followers.",
+    registry=REGISTRY,
+)
+
+VRRP_SEND_ERRORS = Counter(
+    "vipd_vrrp_advert_send_errors_total",
+    "VRRP adverts the kernel refused to send (link down, a firewall, no route). Any rise on "
+    "the leader means its peers may stop hearing it.",
+    registry=REGISTRY,
+)
+
+VRRP_ADVERTS_RECEIVED = Counter(
+    "vipd_vrrp_adverts_received_total",
+    "Valid VRRP adverts received for our VRID. On followers it rises by 1/advert_interval; "
+    "on the leader it stays flat unless another node also claims to lead.",
+    registry=REGISTRY,
+)
+
+VRRP_INVALID = Counter(
+    "vipd_vrrp_adverts_invalid_total",
+    "VRRP packets dropped, by reason. vrid: another VRID on the segment (routine). version, "
+    "auth, interval, address-list: a misconfigured peer this node cannot hear (dual master). "
+    "checksum, length, truncated, ttl, type, source, family: corruption or spoofing.",
+    ["reason"],
+    registry=REGISTRY,
+)
+
+VRRP_PRIORITY = Gauge(
+    "vipd_vrrp_priority",
+    "This node's VRRP priority (1-254; 0 while resigning).",
+    registry=REGISTRY,
+)
+
+VRRP_MASTER = Gauge(
+    "vipd_vrrp_master_info",
+    "Always 1, one series: the address of the node this node believes is the VRRP master "
+    "(its own source address when it leads). count(count by (address) (vipd_vrrp_master_info))"
+    " above 1 means the nodes disagree.",
+    ["address"],
+    registry=REGISTRY,
+)
+
+VRRP_MASTER_PRIORITY = Gauge(
+    "vipd_vrrp_master_priority",
+    "The priority of the master as seen by this node (its own when it leads); -1 when no "
+    "master is known (starting, or the master just went away).",
+    registry=REGISTRY,
+)
+
+VRRP_MASTER_ADVERT_AGE = Gauge(
+    "vipd_vrrp_master_advert_age_seconds",
+    "On a follower, seconds since the last advert from the master, read when scraped: below "
+    "the advert interval is healthy, near 3 x the interval the follower is about to take "
+    "over. 0 on the leader; -1 when no advert has been heard.",
+    registry=REGISTRY,
+)
+
+INTERFACE_UP = Gauge(
+    "vipd_interface_up",
+    "1 while the VIP's interface is up with carrier, else 0 (the node is then out of the "
+    "election, RFC 9568 Shutdown event).",
+    ["interface"],
+    registry=REGISTRY,
+)
+
+# -- health (issue 3) -------------------------------------------------------------------------
+# API-server health per backend and check duration: defined here by the health feature.
+
+# -- IPVS (issue 4) ---------------------------------------------------------------------------
+# IPVS real servers: defined here by the IPVS feature (add "ipvs" to ACTUATORS).
+
+# -- Lease (issue 6) --------------------------------------------------------------------------
+# Lease renewals, errors and holder: defined here by the Lease feature.
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def set_role(backend: str, role: str) -> None:
+    """One 1 and the rest 0 for ``backend``: a query never sees two roles at once."""
+    for r in ROLES:
+        ROLE.labels(backend=backend, role=r).set(1 if r == role else 0)
+
+
+def set_master(address: object | None, priority: int | None) -> None:
+    """Replace the one ``vipd_vrrp_master_info`` series (none when no master is known)."""
+    VRRP_MASTER.clear()
+    if address is not None:
+        VRRP_MASTER.labels(address=str(address)).set(1)
+    VRRP_MASTER_PRIORITY.set(-1 if priority is None or address is None else priority)
+
+
+def init_vrrp(*, node: str, vip: str, interface: str, priority: int) -> None:
+    """Create every series this node will export, at its starting value, so a query sees a
+    0 (or -1) instead of no data before the first event."""
+    NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="vrrp").set(1)
+    set_role("vrrp", "init")
+    VIP_BOUND.labels(vip=vip).set(0)
+    for op in ("add", "remove"):
+        VIP_CHANGES.labels(op=op)
+    for reason in INVALID_REASONS:
+        VRRP_INVALID.labels(reason=reason)
+    for actuator in ACTUATORS:
+        RECONCILE_ERRORS.labels(actuator=actuator)
+    for stage in ("bound", "announced"):
+        TAKEOVER_DURATION.labels(stage=stage)
+    VRRP_PRIORITY.set(priority)
+    set_master(None, None)
+    DUPLICATE_CLAIM.set(0)
+    READY.set(0)

@@ -1,0 +1,167 @@
+"""``vipd status``: read a running vipd's /status document and print it for an operator.
+
+What it is: ``render(doc)`` (pure: the JSON document in, lines of text out) and ``fetch(url)``
+(one HTTP GET with a timeout). The document is what ``VrrpInstance.status()`` builds on the
+event loop and ``vipd.httpd`` serves at ``/status``, with the endpoint's own verdicts added::
+
+    node, version, vip, interface, source, backend ("vrrp"|"lease"),
+    role ("leader"|"follower"|"init"), role_since_s, last_reason, vip_bound,
+    duplicate_claim, interface_up,
+    vrrp: {vrid, version, state, priority, advert_interval_s, master_down_interval_s, mode},
+    master: {address, priority, self, advert_age_s} | null,
+    peers: [{address, priority, last_seen_s}],             newest first
+    backends: [{name, address, healthy, detail}],          empty until health checking lands
+    counters: {transitions, adverts_sent, adverts_received, advert_send_errors,
+               invalid_adverts: {reason: n}, garp_sent, duplicate_claims},
+    healthy, health_reason, ready, ready_reason, heartbeat_age_s   (added by the endpoint)
+
+A key this version does not know is ignored, and a missing one prints as "-", so a newer
+daemon can be read by an older ``vipd status`` and the other way round.
+
+What it must not do: change anything on the node (it only reads), or hang: the GET has a
+timeout, and a vipd that does not answer is an error line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:2112"
+
+
+class StatusError(Exception):
+    """The endpoint could not be read; ``str()`` is one line."""
+
+
+def url_for_listen(listen: str) -> str:
+    """The URL to reach a vipd listening on ``listen`` from the same node."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def fetch(base_url: str, timeout: float = 3.0) -> dict[str, Any]:
+    url = base_url.rstrip("/") + "/status"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            doc = json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        raise StatusError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise StatusError(f"cannot read {url}: {why} (is vipd running here?)") from None
+    except ValueError as exc:
+        raise StatusError(f"{url}: not a JSON status document: {exc}") from None
+    if not isinstance(doc, dict):
+        raise StatusError(f"{url}: not a JSON status document")
+    return doc
+
+
+def _s(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}{unit}"
+    return f"{value}{unit}"
+
+
+def _ago(seconds: Any) -> str:
+    return "-" if not isinstance(seconds, int | float) else f"{seconds:.3f} s ago"
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    """The status document as aligned lines, most important first."""
+    g = doc.get
+    vrrp: Mapping[str, Any] = g("vrrp") or {}
+    lines: list[tuple[str, str]] = []
+    role = _s(g("role"))
+    since = g("role_since_s")
+    role_text = f"{role} ({_s(g('backend'))}"
+    if vrrp:
+        role_text += f" {_s(vrrp.get('state'))}"
+    role_text += ")" if since is None else f", for {since:.3f} s)"
+    lines.append(("role", role_text))
+    bound = g("vip_bound")
+    vip_text = f"{_s(g('vip'))} on {_s(g('interface'))}"
+    vip_text += ", bound here" if bound else ", not bound here"
+    if g("duplicate_claim"):
+        vip_text += "; ANOTHER NODE CLAIMS IT TOO (split brain)"
+    lines.append(("VIP", vip_text))
+    lines.append(("node", f"{_s(g('node'))} (source {_s(g('source'))}, vipd {_s(g('version'))})"))
+    if vrrp:
+        lines.append(
+            (
+                "vrrp",
+                f"VRRPv{_s(vrrp.get('version'))} VRID {_s(vrrp.get('vrid'))} priority "
+                f"{_s(vrrp.get('priority'))}, advert {_s(vrrp.get('advert_interval_s'))} s, "
+                f"{_s(vrrp.get('mode'))}",
+            )
+        )
+    master = g("master")
+    if isinstance(master, Mapping):
+        text = f"{_s(master.get('address'))} priority {_s(master.get('priority'))}"
+        if master.get("self"):
+            text += " (this node)"
+        elif master.get("advert_age_s") is not None:
+            text += f", last advert {_ago(master.get('advert_age_s'))}"
+        lines.append(("master", text))
+    else:
+        lines.append(("master", "none known"))
+    peers = g("peers") or []
+    if peers:
+        for i, p in enumerate(peers):
+            lines.append(
+                (
+                    "peers" if i == 0 else "",
+                    f"{_s(p.get('address'))} priority {_s(p.get('priority'))}, "
+                    f"last advert {_ago(p.get('last_seen_s'))}",
+                )
+            )
+    else:
+        lines.append(("peers", "none heard (VRRP backups are silent; a leader hears no one)"))
+    backends = g("backends") or []
+    if backends:
+        for i, b in enumerate(backends):
+            health = "healthy" if b.get("healthy") else "UNHEALTHY"
+            detail = f" ({b['detail']})" if b.get("detail") else ""
+            lines.append(
+                (
+                    "backends" if i == 0 else "",
+                    f"{_s(b.get('name'))} {_s(b.get('address'))} {health}{detail}",
+                )
+            )
+    else:
+        lines.append(("backends", "none (health checking is not configured)"))
+    ready = "yes" if g("ready") else f"NO: {_s(g('ready_reason'))}"
+    healthy = "yes" if g("healthy") else f"NO: {_s(g('health_reason'))}"
+    lines.append(("ready", ready))
+    lines.append(("healthy", healthy))
+    if g("last_reason"):
+        lines.append(("last change", str(g("last_reason"))))
+    counters: Mapping[str, Any] = g("counters") or {}
+    if counters:
+        invalid = counters.get("invalid_adverts") or {}
+        bad = ", ".join(f"{k} {v}" for k, v in sorted(invalid.items())) or "none"
+        lines.append(
+            (
+                "counters",
+                f"transitions {_s(counters.get('transitions'))}, adverts sent "
+                f"{_s(counters.get('adverts_sent'))} / received "
+                f"{_s(counters.get('adverts_received'))}, send errors "
+                f"{_s(counters.get('advert_send_errors'))}, GARP "
+                f"{_s(counters.get('garp_sent'))}, duplicate claims "
+                f"{_s(counters.get('duplicate_claims'))}, invalid adverts: {bad}",
+            )
+        )
+    width = max(len(k) for k, _ in lines)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
