@@ -46,6 +46,7 @@ def _load(path: str | None) -> tuple[Config, Preflight]:
             cfg = config.load(path, env=os.environ, hostname=socket.gethostname())
         pre = preflight.check_host(cfg, preflight.read_host())
         _check_ca_file(cfg)
+        _check_lease(cfg)
     except config.ConfigError as exc:
         print(f"vipd: config error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
@@ -63,6 +64,14 @@ def _check_ca_file(cfg: Config) -> None:
         make_ssl_context(cfg.health.ca_file)
     except ValueError as exc:
         raise config.ConfigError("health.ca_file", str(exc)) from None
+
+
+def _check_lease(cfg: Config) -> None:
+    """Lease mode: the credentials must be found and load (checked at start)."""
+    if cfg.election.mode == "lease":
+        from vipd.lease import driver
+
+        driver.check(cfg)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -89,11 +98,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     cfg, pre = _load(args.config)
+    print(f"config {args.config or '$VIPD_CONFIG'}: valid")
+    print(f"  node {cfg.node}, VIP {cfg.vip} on {pre.link.name} (source {pre.source})")
+    if cfg.election.mode == "lease":
+        lease = cfg.election.lease
+        assert lease is not None
+        print(
+            f"  Lease {lease.namespace}/{lease.name} duration {lease.duration}s renew deadline "
+            f"{lease.renew_deadline:g}s retry {lease.retry_period:g}s via "
+            f"{lease.api_server or 'the kubeconfig server'} "
+            f"({lease.kubeconfig or 'admin.conf, else in-cluster'})"
+        )
+        for finding in pre.findings:
+            print(f"  preflight: {finding}")
+        return 0
     v = cfg.election.vrrp
     peers = pre.unicast_peers
     mode = f"unicast to {', '.join(map(str, peers))}" if peers else "multicast"
-    print(f"config {args.config or '$VIPD_CONFIG'}: valid")
-    print(f"  node {cfg.node}, VIP {cfg.vip} on {pre.link.name} (source {pre.source})")
     print(
         f"  VRRPv{v.version} VRID {v.vrid} priority {v.priority} advert {v.advert_interval}s "
         f"{mode}, preempt {'on' if v.preempt else 'off'}"

@@ -11,7 +11,7 @@ What this module does
     Every value is checked before anything is returned: there is no half-applied config.
     Unknown keys are errors at every level (a typo must not silently become a default), and so
     are the keys of features this version does not have yet (``health``, ``ipvs``,
-    ``election.lease``, ``election.vrrp.vmac``).
+    ``election.vrrp.vmac``).
 
 What it must not do
     It is part of the pure core (``docs/architecture.md``): no asyncio, socket, pyroute2, time
@@ -73,6 +73,7 @@ __all__ = [
     "Garp",
     "Health",
     "Ipvs",
+    "Lease",
     "Log",
     "Metrics",
     "Vrrp",
@@ -102,7 +103,6 @@ ENV_OVERRIDES: Mapping[str, tuple[str, Literal["str", "int", "float"]]] = {
 # One key per line: each lands with its own feature and leaves this list on its own line.
 _NOT_IMPLEMENTED = frozenset(
     {
-        "election.lease",
         "election.vrrp.vmac",
     }
 )
@@ -204,9 +204,47 @@ class Vrrp:
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """``election.lease``: a coordination.k8s.io/v1 Lease (``vipd.lease``)."""
+
+    name: str = "vipd-cp-lock"
+    namespace: str = "kube-system"
+    duration: int = 15  # seconds; leaseDurationSeconds is an integer
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    kubeconfig: str | None = None  # None: admin.conf (super-admin.conf fallback), else in-cluster
+    api_server: str | None = "https://127.0.0.1:6443"  # None: the kubeconfig's server
+    tls_server_name: str | None = "kubernetes"
+    keep_on_unreachable: bool = True
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Election:
-    mode: Literal["vrrp"]  # "lease" is designed, not built: parse() refuses it
-    vrrp: Vrrp
+    """``mode`` and the section of that mode: ``vrrp`` (mode vrrp) or ``lease`` (mode lease).
+
+    ``vrrp`` is a property that raises in Lease mode, so that VRRP code stays free of
+    None checks and a mix-up fails loudly; ``vrrp_section`` is the plain optional value.
+    """
+
+    mode: Literal["vrrp", "lease"]
+    vrrp_section: Vrrp | None
+    lease: Lease | None
+
+    def __init__(
+        self,
+        mode: Literal["vrrp", "lease"],
+        vrrp: Vrrp | None = None,
+        lease: Lease | None = None,
+    ) -> None:
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "vrrp_section", vrrp)
+        object.__setattr__(self, "lease", lease)
+
+    @property
+    def vrrp(self) -> Vrrp:
+        if self.vrrp_section is None:
+            raise AttributeError(f"election.vrrp: not set (election.mode is {self.mode})")
+        return self.vrrp_section
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +462,10 @@ _HOSTNAME_LIKE = re.compile(
     r"(?=.*[A-Za-z_])[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
     r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?"
 )
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
 _V4_THIS_NETWORK = IPv4Network("0.0.0.0/8")
 _V4_RESERVED = IPv4Network("240.0.0.0/4")  # includes 255.255.255.255, the limited broadcast
 _V6_GLOBAL_UNICAST = IPv6Network("2000::/3")
@@ -595,13 +637,138 @@ class _Validator:
         return value
 
     def election(self, value: object, vip: IPAddress) -> Election:
-        sec = self.section("election", value, ("mode", "vrrp"))
-        mode = sec.get("mode", "vrrp")
-        if mode == "lease":
-            self.fail("election.mode", '"lease" is not available in this version; use "vrrp"')
-        if mode != "vrrp":
-            self.fail("election.mode", 'must be "vrrp" ("lease" is not available yet)', mode)
-        return Election(mode="vrrp", vrrp=self.vrrp(sec.get("vrrp"), vip))
+        sec = self.section("election", value, ("mode", "vrrp", "lease"))
+        mode = self.choice("election.mode", sec.get("mode", "vrrp"), ("vrrp", "lease"))
+        # The section of the other mode may stay in the file (switching modes is one line);
+        # it is still validated, so a typo in it is not silently carried along.
+        if mode == "vrrp":
+            vrrp = self.vrrp(sec.get("vrrp"), vip)
+            lease = self.lease(sec["lease"]) if sec.get("lease") is not None else None
+            return Election(mode="vrrp", vrrp=vrrp, lease=lease)
+        vrrp_opt = self.vrrp(sec["vrrp"], vip) if sec.get("vrrp") is not None else None
+        lease = self.lease(sec.get("lease"))
+        if lease.api_server is not None:
+            host = re.sub(r"^https://\[?([^\]/]*?)\]?(:[0-9]+)?/?$", r"\1", lease.api_server)
+            try:
+                same = ip_address(host) == vip
+            except ValueError:
+                same = False
+            if same:
+                self.fail(
+                    "election.lease.api_server",
+                    "must not be the VIP: the Lease that decides who holds the VIP cannot be "
+                    "renewed through the VIP (use this node's own API server, e.g. "
+                    "https://127.0.0.1:6443)",
+                    lease.api_server,
+                )
+        return Election(mode="lease", vrrp=vrrp_opt, lease=lease)
+
+    def lease(self, value: object) -> Lease:
+        """``election.lease`` (vipd.lease); the timing rule is client-go's."""
+        p = "election.lease"
+        d = Lease()
+        sec = self.section(
+            p,
+            value,
+            ("name", "namespace", "duration", "renew_deadline", "retry_period", "kubeconfig",
+             "api_server", "tls_server_name", "keep_on_unreachable"),
+        )  # fmt: skip
+        name = sec.get("name", d.name)
+        if not isinstance(name, str) or not _DNS1123_SUBDOMAIN.fullmatch(name):
+            self.fail(
+                f"{p}.name",
+                "must be a Kubernetes object name: 1 to 253 lower-case letters, digits, '-' "
+                "or '.', starting and ending with a letter or digit",
+                name,
+            )
+        namespace = sec.get("namespace", d.namespace)
+        if not isinstance(namespace, str) or not _DNS1123_LABEL.fullmatch(namespace):
+            self.fail(
+                f"{p}.namespace",
+                "must be a namespace name: 1 to 63 lower-case letters, digits or '-', "
+                "starting and ending with a letter or digit",
+                namespace,
+            )
+        duration = sec.get("duration", d.duration)
+        if not _is_number(duration) or duration != int(duration) or not 1 <= duration <= 3600:
+            self.fail(
+                f"{p}.duration",
+                "must be a whole number of seconds from 1 to 3600 (leaseDurationSeconds is "
+                "an integer)",
+                duration,
+            )
+        renew_deadline = self.number(
+            f"{p}.renew_deadline",
+            sec.get("renew_deadline", d.renew_deadline),
+            "must be a number of seconds from 0.1 to 3600",
+            lambda v: 0.1 <= v <= 3600,
+        )
+        retry_period = self.number(
+            f"{p}.retry_period",
+            sec.get("retry_period", d.retry_period),
+            "must be a number of seconds from 0.05 to 3600",
+            lambda v: 0.05 <= v <= 3600,
+        )
+        if not renew_deadline > 1.2 * retry_period:
+            self.fail(
+                f"{p}.renew_deadline",
+                f"must be greater than 1.2 x retry_period ({1.2 * retry_period:g} s), as in "
+                "client-go, so that a renewal can be retried before the deadline",
+                sec.get("renew_deadline", d.renew_deadline),
+            )
+        if not int(duration) > renew_deadline:
+            self.fail(
+                f"{p}.duration",
+                f"must be greater than renew_deadline ({renew_deadline:g} s): a leader must "
+                "let go before its peers may take over",
+                duration,
+            )
+        kubeconfig = sec.get("kubeconfig")
+        if kubeconfig is not None and (
+            not isinstance(kubeconfig, str) or not kubeconfig.strip() or "\0" in kubeconfig
+        ):
+            self.fail(
+                f"{p}.kubeconfig",
+                'must be the path of a kubeconfig file, "in-cluster", or null (auto: '
+                "/etc/kubernetes/admin.conf, else in-cluster credentials)",
+                kubeconfig,
+            )
+        api_server = sec.get("api_server", d.api_server)
+        if api_server is not None and (
+            not isinstance(api_server, str)
+            or not re.fullmatch(
+                r"https://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?/?", api_server
+            )
+        ):
+            self.fail(
+                f"{p}.api_server",
+                "must be an https://HOST[:PORT] URL (this node's own API server), or null to "
+                "use the kubeconfig's server",
+                api_server,
+            )
+        tls_server_name = sec.get("tls_server_name", d.tls_server_name)
+        if tls_server_name is not None and (
+            not isinstance(tls_server_name, str) or not _HOSTNAME_LIKE.fullmatch(tls_server_name)
+        ):
+            self.fail(
+                f"{p}.tls_server_name",
+                "must be a DNS name in the API server's certificate, or null for the host",
+                tls_server_name,
+            )
+        keep = sec.get("keep_on_unreachable", d.keep_on_unreachable)
+        if not isinstance(keep, bool):
+            self.fail(f"{p}.keep_on_unreachable", "must be true or false", keep)
+        return Lease(
+            name=name,
+            namespace=namespace,
+            duration=int(duration),
+            renew_deadline=renew_deadline,
+            retry_period=retry_period,
+            kubeconfig=kubeconfig,
+            api_server=api_server.rstrip("/") if api_server else None,
+            tls_server_name=tls_server_name,
+            keep_on_unreachable=keep,
+        )
 
     def vrrp(self, value: object, vip: IPAddress) -> Vrrp:
         p = "election.vrrp"
@@ -810,7 +977,7 @@ class _Validator:
             253,
             " (the priority reduction while the local API server is unhealthy; 0 = no gating)",
         )
-        if weight > 0 and not election.vrrp.preempt:
+        if weight > 0 and election.mode == "vrrp" and not election.vrrp.preempt:
             self.fail(
                 f"{p}.weight",
                 "must be 0 with election.vrrp.preempt: false: a healthy backup takes the VIP "

@@ -788,6 +788,10 @@ def install_signal_handlers(stop: asyncio.Event) -> None:
 async def serve(cfg: Config, pre: Preflight, endpoint: Endpoint | None = None) -> int:
     stop = asyncio.Event()
     install_signal_handlers(stop)
+    if cfg.election.mode == "lease":
+        from vipd.lease.driver import LeaseInstance
+
+        return await LeaseInstance(cfg, pre, endpoint=endpoint).run(stop)
     return await VrrpInstance(cfg, pre, endpoint).run(stop)
 
 

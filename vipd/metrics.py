@@ -314,8 +314,54 @@ INTERFACE_UP = Gauge(
 # -- IPVS (issue 4) ---------------------------------------------------------------------------
 # IPVS real servers: defined here by the IPVS feature (add "ipvs" to ACTUATORS).
 
-# -- Lease (issue 6) --------------------------------------------------------------------------
-# Lease renewals, errors and holder: defined here by the Lease feature.
+# -- Lease ------------------------------------------------------------------------------------
+
+LEASE_RENEWALS = Counter(
+    "vipd_lease_renewals_total",
+    "Successful renewals of the Lease by this node (one per retry_period while leader).",
+    registry=REGISTRY,
+)
+
+LEASE_REQUESTS = Counter(
+    "vipd_lease_requests_total",
+    "Lease API calls by purpose (read, create, acquire, renew, release) and result (ok, or "
+    "the error kind as in vipd_lease_errors_total).",
+    ["purpose", "result"],
+    registry=REGISTRY,
+)
+
+LEASE_ERRORS = Counter(
+    "vipd_lease_errors_total",
+    "Failed Lease API calls by kind: conflict (409, normal when two nodes race), not-found, "
+    "unreachable (timeout, refused, TLS: this node's path to the API server), http-5xx / "
+    "http-429 (the API server's store cannot serve), http-4xx (refused: credentials, RBAC). "
+    "A leader's renewals failing for renew_deadline make it step down.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+LEASE_HOLDER = Gauge(
+    "vipd_lease_holder_info",
+    '1 for the Lease holder as this node last read it (holder="" when released); one '
+    "series. Every node of a cluster should show the same holder.",
+    ["holder"],
+    registry=REGISTRY,
+)
+
+LEASE_KEEPING = Gauge(
+    "vipd_lease_keeping_vip_unrenewed",
+    "1 while this node keeps the VIP past its renew deadline because the API server says its "
+    "store is unavailable (the unreachable-store rule), else 0. Page on it: the Lease is not "
+    "being renewed.",
+    registry=REGISTRY,
+)
+
+LEASE_RENEW_AGE = Gauge(
+    "vipd_lease_last_renewal_age_seconds",
+    "Seconds since this node's last successful renewal was sent, while it leads; -1 while it "
+    "follows. Above renew_deadline means it is keeping the VIP through a store outage.",
+    registry=REGISTRY,
+)
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -352,4 +398,26 @@ def init_vrrp(*, node: str, vip: str, interface: str, priority: int) -> None:
     VRRP_PRIORITY.set(priority)
     set_master(None, None)
     DUPLICATE_CLAIM.set(0)
+    READY.set(0)
+
+
+def set_lease_holder(holder: str | None) -> None:
+    """Replace the one ``vipd_lease_holder_info`` series."""
+    LEASE_HOLDER.clear()
+    LEASE_HOLDER.labels(holder=holder or "").set(1)
+
+
+def init_lease(*, node: str, vip: str, interface: str) -> None:
+    """The Lease backend's series at their starting values (see `init_vrrp`)."""
+    NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="lease").set(1)
+    set_role("lease", "init")
+    VIP_BOUND.labels(vip=vip).set(0)
+    for op in ("add", "remove"):
+        VIP_CHANGES.labels(op=op)
+    for actuator in ACTUATORS:
+        RECONCILE_ERRORS.labels(actuator=actuator)
+    for stage in ("bound", "announced"):
+        TAKEOVER_DURATION.labels(stage=stage)
+    LEASE_KEEPING.set(0)
+    LEASE_RENEW_AGE.set(-1)
     READY.set(0)

@@ -248,7 +248,7 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
     # One config is shared by every node of a DaemonSet, so it lists every node, this one
     # included: our own addresses are dropped (and said), not treated as an error.
     own = {a.ip: (other, a) for other in host.links for a in other.addresses}
-    configured = cfg.election.vrrp.unicast_peers
+    configured = cfg.election.vrrp.unicast_peers if cfg.election.mode == "vrrp" else ()
     peers = tuple(p for p in configured if p not in own)
     for peer in configured:
         if peer in own:

@@ -157,13 +157,9 @@ def test_unknown_key_is_named_with_the_allowed_ones(
     assert "unknown key" in str(e) and allowed in str(e)
 
 
-def test_lease_settings_and_vmac_are_rejected_too() -> None:
-    data = doc(vmac=False)
-    assert error(data).key == "election.vrrp.vmac"
-    data = doc()
-    data["election"]["lease"] = {"name": "vipd"}
-    e = error(data)
-    assert e.key == "election.lease" and "not implemented" in str(e)
+def test_vmac_is_rejected_as_not_implemented() -> None:
+    e = error(doc(vmac=False))
+    assert e.key == "election.vrrp.vmac" and "not implemented" in str(e)
 
 
 def test_non_string_key() -> None:
@@ -366,10 +362,12 @@ def test_interface_must_be_a_linux_name(bad: object) -> None:
 # -- election --------------------------------------------------------------------------------
 
 
-def test_mode_lease_is_refused_honestly() -> None:
-    data = doc()
-    data["election"]["mode"] = "lease"
-    assert str(error(data)) == 'election.mode: "lease" is not available in this version; use "vrrp"'
+def test_mode_lease_needs_no_vrrp_section() -> None:
+    cfg = parse({"node": "cp-1", "vip": "10.0.0.100", "election": {"mode": "lease"}})
+    assert cfg.election.mode == "lease" and cfg.election.lease == config.Lease()
+    assert cfg.election.vrrp_section is None
+    with pytest.raises(AttributeError, match=r"election\.mode is lease"):
+        cfg.election.vrrp  # noqa: B018
 
 
 def test_mode_other_values() -> None:
@@ -732,7 +730,9 @@ def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
     nested = {"election": Election, "vrrp": Vrrp, "garp": Garp, "log": Log, "health": Health}
     nested["ipvs"] = config.Ipvs
     nested["metrics"] = config.Metrics
+    nested["lease"] = config.Lease
     for name in hints:
+        name = {"vrrp_section": "vrrp"}.get(name, name)  # Election.vrrp is a property
         key = f"{prefix}{name}"
         if name in nested:
             keys |= _dotted_keys(nested[name], key + ".")

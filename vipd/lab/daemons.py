@@ -88,8 +88,23 @@ class HealthSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseSpec:
+    """Lease election in the lab: the emulator's URL and the timings (vipd only).
+
+    Each node's kubeconfig (its own token) is ``<workdir>/<node>.kubeconfig``, written by the
+    runner from the emulator (``vipd.lease.emulator``).
+    """
+
+    api_server: str
+    duration: int = 5
+    renew_deadline: float = 3.0
+    retry_period: float = 1.0
+    keep_on_unreachable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class VrrpSpec:
-    """What every node of one lab cluster agrees on."""
+    """What every node of one lab cluster agrees on (``lease`` set: Lease election)."""
 
     vip: str
     vrid: int = 51
@@ -102,6 +117,7 @@ class VrrpSpec:
     garp_interval: float = 0.01  # vipd only: see KeepalivedDaemon.config for why
     interface: str = "eth0"
     health: HealthSpec | None = None  # vipd only: health checks and gating
+    lease: LeaseSpec | None = None
 
     def __post_init__(self) -> None:
         family = ipaddress.ip_address(self.vip).version
@@ -272,11 +288,25 @@ class VipdDaemon(Daemon):
         if s.auth_pass is not None:
             # Not in the documented config yet; written so a mismatch fails loudly at load.
             vrrp["auth_pass"] = s.auth_pass
+        election: dict[str, Any] = {"mode": "vrrp", "vrrp": vrrp}
+        if s.lease is not None:
+            election = {
+                "mode": "lease",
+                "lease": {
+                    "duration": s.lease.duration,
+                    "renew_deadline": s.lease.renew_deadline,
+                    "retry_period": s.lease.retry_period,
+                    "kubeconfig": str(self.lab.workdir / f"{self.node.name}.kubeconfig"),
+                    "api_server": s.lease.api_server,
+                    "tls_server_name": None,
+                    "keep_on_unreachable": s.lease.keep_on_unreachable,
+                },
+            }
         out: dict[str, Any] = {
             "node": self.node.name,
             "vip": s.vip,
             "interface": s.interface,
-            "election": {"mode": "vrrp", "vrrp": vrrp},
+            "election": election,
             "garp": {"repeat": s.garp_repeat, "interval": s.garp_interval},
             "log": {"format": "logfmt", "level": "info"},
         }
@@ -289,7 +319,8 @@ class VipdDaemon(Daemon):
         return python_argv("vipd", "run", "--config", str(self.config_path))
 
     def state(self) -> str | None:
-        """``ACTIVE``/``BACKUP`` from the last ``became …`` log line; None if there is none."""
+        """``ACTIVE``/``BACKUP`` (Lease: ``LEADER``/``FOLLOWER``) from the last ``became …``
+        log line; None if there is none."""
         found = VIPD_STATE_RE.findall(self.log_text())
         return found[-1].upper() if found else None
 

@@ -44,16 +44,26 @@ from types import FrameType
 from typing import Any
 
 from vipd.lab.analysis import Outage, answered, measure, percentiles, stable_on
-from vipd.lab.daemons import KINDS, DaemonKind, Fleet, HealthSpec, VrrpSpec, make_fleet
+from vipd.lab.daemons import (
+    KINDS,
+    DaemonKind,
+    Fleet,
+    HealthSpec,
+    LeaseSpec,
+    VrrpSpec,
+    make_fleet,
+)
 from vipd.lab.faults import FAULTS, FaultName, NodeRig, inject, restore
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
-from vipd.lab.topology import Lab, LabError, cleanup, netns_list, vip_for
+from vipd.lab.topology import CLIENT4, CLIENT6, Lab, LabError, cleanup, netns_list, vip_for
+from vipd.lease.logic import validate_timing
 
 STABLE_SPAN = 0.2  # seconds of uninterrupted answers from one node that count as "serving"
 MIN_WAIT = 3.0  # floor for the 10 × Master_Down_Interval bound
 START_GRACE = 5.0  # extra time a (re)started daemon gets to come up
 PRE_FAULT = 0.5  # how far before a fault the analysis looks for the last success
+LEASE_PORT = 16443  # the Lease API emulator, in the client namespace
 
 
 class Interrupted(KeyboardInterrupt):
@@ -128,6 +138,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--port", type=int, default=6443, help="service port (default 6443)")
     parser.add_argument(
+        "--election",
+        choices=("vrrp", "lease"),
+        default="vrrp",
+        help="vrrp, or lease: a Kubernetes Lease on the Lease API emulator "
+        "(vipd.lease.emulator, in the client namespace) (default vrrp)",
+    )
+    parser.add_argument(
+        "--lease-timing",
+        default="5/3/1",
+        metavar="D/R/P",
+        help="Lease duration/renew_deadline/retry_period in seconds (default 5/3/1)",
+    )
+    parser.add_argument(
         "--cleanup",
         metavar="PREFIX",
         default=None,
@@ -152,6 +175,8 @@ class Options:
     probe_timeout: float = 0.5
     port: int = 6443
     health: bool = False
+    election: str = "vrrp"
+    lease_timing: str = "5/3/1"
 
     @property
     def health_on(self) -> bool:
@@ -166,12 +191,28 @@ class Options:
         interval = self.advert_interval
         if interval is None:
             interval = 1.0 if self.version == 2 else 0.1
+        lease = None
+        if self.election == "lease":
+            if self.daemon != "vipd":
+                raise ValueError("--election lease runs vipd only")
+            try:
+                d, r, p = (float(x) for x in self.lease_timing.split("/"))
+            except ValueError:
+                raise ValueError(
+                    f"--lease-timing must be D/R/P (got {self.lease_timing!r})"
+                ) from None
+            problem = validate_timing(d, r, p)
+            if problem or d != int(d):
+                raise ValueError(f"--lease-timing: {problem or 'the duration is whole seconds'}")
+            host = CLIENT4 if self.family == 4 else f"[{CLIENT6}]"
+            lease = LeaseSpec(f"https://{host}:{LEASE_PORT}", int(d), r, p)
         return VrrpSpec(
             vip=vip_for(4 if self.family == 4 else 6),
             advert_interval=interval,
             version=self.version,
             unicast=self.unicast,
             health=HealthSpec() if self.health_on else None,
+            lease=lease,
         )
 
 
@@ -315,6 +356,13 @@ class _Session:
         if spec.health is not None:
             # Noticing a dead API server (or a recovered one) comes before the election.
             self.bound += spec.health.detection_bound() + spec.health.rise * spec.health.interval
+        if spec.lease is not None:
+            # No priorities: whoever acquires leads, and a restored node does not preempt.
+            self.bound = 2 * (spec.lease.duration + spec.lease.retry_period) + MIN_WAIT
+
+    def top(self, among: list[str] | None = None) -> str | None:
+        """The node that should hold the VIP; None in Lease mode (any one node)."""
+        return None if self.spec.lease is not None else self.fleet.top(among)
 
     def live(self) -> list[str]:
         """Nodes whose daemon is running on a working link: they must hold the VIP correctly.
@@ -343,9 +391,11 @@ class _Session:
             )
         return "\n".join(parts)
 
-    def converged_on(self, node: str, since: float | None, client: bool) -> bool:
-        if self.lab.holders(self.vip) != [node]:
+    def converged_on(self, node: str | None, since: float | None, client: bool) -> bool:
+        holders = self.lab.holders(self.vip)
+        if len(holders) != 1 or (node is not None and holders != [node]):
             return False
+        node = holders[0]
         return not client or stable_on(self.prober.attempts(since), node, STABLE_SPAN, since)
 
     def start(self) -> str:
@@ -353,7 +403,7 @@ class _Session:
             assert rig.responder is not None
             rig.responder.start()
         self.fleet.start_all()
-        top = self.fleet.top()
+        top = self.top()
         if not self.wait_for(
             lambda: self.converged_on(top, None, client=False), self.bound + START_GRACE
         ):
@@ -372,11 +422,11 @@ class _Session:
                 f"{self.lab.holders(self.vip)}; answers by node: {seen})\n"
                 f"{self.daemon_report()}"
             )
-        return top
+        return top or self.lab.holders(self.vip)[0]
 
     def round(self, number: int) -> Round:
         holders = self.lab.holders(self.vip)
-        leader = holders[0] if len(holders) == 1 else self.fleet.top()
+        leader = holders[0] if len(holders) == 1 else self.fleet.top()  # VRRP fallback
         rig = self.rigs[leader]
         rnd = Round(number=number, fault=self.opts.fault, old_leader=leader)
         # Strike at a random point of the advert cycle: otherwise every round would hit the
@@ -423,16 +473,21 @@ class _Session:
 
         rnd.t_restore = time.monotonic()
         restore(self.lab, rig)
-        top = self.fleet.top()
+        top = self.top()
         t_restore = rnd.t_restore
         rnd.reconverged = self.wait_for(
             lambda: self.converged_on(top, t_restore, True), self.bound + START_GRACE
         )
+        if self.spec.lease is not None and rig.daemon is not None:
+            # A restarted vipd imports the kubernetes client before it can take part; the next
+            # round must not start before it does (a failover with no candidate is not one).
+            d = rig.daemon
+            self.wait_for(lambda: "lease election started" in d.log_text(), 4 * START_GRACE)
         rnd.t_end = time.monotonic()
         rnd.holders_after_convergence = self.lab.holders(self.vip)
         if rnd.reconverged:
             _log(
-                f"round {number}: restored {leader}; VIP back on {top} after "
+                f"round {number}: restored {leader}; VIP on {top or 'one node'} after "
                 f"{rnd.t_end - t_restore:.3f} s"
             )
         else:
@@ -456,22 +511,43 @@ class _Session:
                 )
 
 
+def _start_emulator(lab: Lab, spec: VrrpSpec) -> Any:
+    """The Lease API emulator in the client namespace, one token and kubeconfig per node."""
+    from vipd.lease.emulator import Emulator, serve_in_netns
+
+    host = CLIENT4 if spec.family == 4 else CLIENT6
+    emu = Emulator(lab.workdir, [n.name for n in lab.nodes], host=host, port=LEASE_PORT)
+    for n in lab.nodes:
+        emu.kubeconfig(n.name)
+    serve_in_netns(emu, lab.client_ns)
+    _log(f"Lease API emulator (not a real API server) on {emu.url} in {lab.client_ns}")
+    return emu
+
+
 def execute(opts: Options) -> dict[str, Any]:
     """Run the lab and return the report (raises LabError if the lab cannot even start)."""
     spec = opts.spec()
     lab = Lab(nodes=opts.nodes, prefix=opts.prefix, keep_workdir=opts.keep)
     rounds: list[Round] = []
     session: _Session | None = None
+    emulator: Any = None
     keep = opts.keep  # also after a failure: that is when one most wants to look inside
     failed = True  # until proven otherwise: a failed run keeps its logs for the post-mortem
     try:
         with _signals_raise():
             lab.build()
+            if spec.lease is not None:
+                emulator = _start_emulator(lab, spec)
             session = _Session(lab, opts, spec)
+            election = (
+                f"Lease {opts.lease_timing} s"
+                if spec.lease is not None
+                else f"VRRPv{spec.version} {'unicast' if spec.unicast else 'multicast'}, "
+                f"advert {spec.advert_interval:g} s"
+            )
             _log(
-                f"lab {lab.prefix}: {opts.nodes} nodes, {opts.daemon}, VRRPv{spec.version} "
-                f"{'unicast' if spec.unicast else 'multicast'}, advert "
-                f"{spec.advert_interval:g} s, VIP {spec.vip}; logs in {lab.workdir}"
+                f"lab {lab.prefix}: {opts.nodes} nodes, {opts.daemon}, {election}, "
+                f"VIP {spec.vip}; logs in {lab.workdir}"
             )
             top = session.start()
             _log(f"VIP {spec.vip} is on {top}; client sees it")
@@ -490,6 +566,8 @@ def execute(opts: Options) -> dict[str, Any]:
         with _signals_ignored():
             if session is not None:
                 session.prober.stop()
+            if emulator is not None and not keep:
+                emulator.stop()
             if keep:
                 _print_keep(lab)
             else:
@@ -529,6 +607,8 @@ def _report(opts: Options, spec: VrrpSpec, lab: Lab, rounds: list[Round]) -> dic
             "advert_interval": spec.advert_interval,
             "unicast": spec.unicast,
             "fault": opts.fault,
+            "election": opts.election,
+            "lease_timing": opts.lease_timing if opts.election == "lease" else None,
             "rounds": opts.rounds,
             "probe_interval": opts.probe_interval,
             "probe_timeout": opts.probe_timeout,
@@ -600,10 +680,14 @@ def render_table(report: dict[str, Any]) -> str:
     s = report["summary"]
     lab = report["lab"]
     lines.append("")
+    election = (
+        f"Lease {lab['lease_timing']} s"
+        if lab.get("election") == "lease"
+        else f"VRRPv{lab['version']} {'unicast' if lab['unicast'] else 'multicast'}, advert "
+        f"{lab['advert_interval']:g} s"
+    )
     lines.append(
-        f"{lab['daemon']} VRRPv{lab['version']} "
-        f"{'unicast' if lab['unicast'] else 'multicast'}, advert "
-        f"{lab['advert_interval']:g} s, {lab['nodes']} nodes, VIP {lab['vip']}, "
+        f"{lab['daemon']} {election}, {lab['nodes']} nodes, VIP {lab['vip']}, "
         f"fault {lab['fault']}; outage resolution {s['resolution_ms']:g} ms"
     )
     for label, key in (

@@ -138,7 +138,7 @@ class Store:
     def get(self, ns: str, name: str) -> dict[str, Any] | None:
         with self.lock:
             obj = self.objects.get((ns, name))
-            return json.loads(json.dumps(obj)) if obj is not None else None
+            return _copy(obj) if obj is not None else None
 
     def put_raw(self, ns: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         """Write a Lease as someone else would (tests: "another holder appears")."""
@@ -148,7 +148,7 @@ class Store:
             meta["resourceVersion"] = self._bump()
             obj = {"kind": "Lease", "apiVersion": f"{GROUP}/v1", "metadata": meta, "spec": spec}
             self.objects[(ns, name)] = obj
-            return json.loads(json.dumps(obj))
+            return _copy(obj)
 
     def _new_meta(self, ns: str, name: str) -> dict[str, Any]:
         return {
@@ -186,7 +186,8 @@ def _clean_spec(spec: object) -> dict[str, Any]:
                     422,
                     "Invalid",
                     f"Lease.coordination.k8s.io is invalid: spec.{key}: Invalid value: {value}: "
-                    "must be greater than " + ("0" if key == "leaseDurationSeconds" else "or equal to 0"),
+                    "must be greater than "
+                    + ("0" if key == "leaseDurationSeconds" else "or equal to 0"),
                 )
         elif key in ("acquireTime", "renewTime"):
             if not isinstance(value, str) or not _MICROTIME.match(value):
@@ -249,7 +250,10 @@ class Emulator:
             "clusters": [
                 {
                     "name": "emulator",
-                    "cluster": {"server": server or self.url, "certificate-authority": str(self.ca_path)},
+                    "cluster": {
+                        "server": server or self.url,
+                        "certificate-authority": str(self.ca_path),
+                    },
                 }
             ],
             "users": [{"name": client, "user": {"token": self.token(client)}}],
@@ -273,7 +277,9 @@ class Emulator:
         """Every request for the next ``seconds`` gets no answer (then the socket closes)."""
         self.faults.stall_until = time.monotonic() + seconds
 
-    def partition(self, client: str, mode: str = "stall", code: int = 503, writes_only: bool = False) -> None:
+    def partition(
+        self, client: str, mode: str = "stall", code: int = 503, writes_only: bool = False
+    ) -> None:
         if client not in self.tokens.values():
             raise KeyError(client)
         self.faults.per_client[client] = ClientFault(mode, code, writes_only)
@@ -309,7 +315,9 @@ class Emulator:
 
     def requests(self, client: str | None = None, since: float = 0.0) -> list[Logged]:
         with self._log_lock:
-            return [e for e in self.log if e.time >= since and (client is None or e.client == client)]
+            return [
+                e for e in self.log if e.time >= since and (client is None or e.client == client)
+            ]
 
 
 def serve_in_netns(emulator: Emulator, netns: str) -> None:
@@ -368,7 +376,9 @@ def make_cert(cert: Path, key: Path, sans: Iterable[str]) -> None:
         capture_output=True, text=True, check=False, timeout=30,
     )  # fmt: skip
     if proc.returncode != 0:
-        raise RuntimeError(f"openssl could not make the emulator's certificate: {proc.stderr.strip()}")
+        raise RuntimeError(
+            f"openssl could not make the emulator's certificate: {proc.stderr.strip()}"
+        )
     key.chmod(0o600)
 
 
@@ -387,6 +397,7 @@ def _make_server(emulator: Emulator) -> _Server:
 
     server = Server((emulator.host, emulator.port), _Handler)
     server.emulator = emulator
+    emulator.port = int(server.server_address[1])  # port 0: the one the kernel chose
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(emulator.ca_path), str(emulator.key_path))
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
@@ -397,7 +408,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # the emulator keeps its own request log
 
     def do_GET(self) -> None:
@@ -457,11 +468,14 @@ class _Handler(BaseHTTPRequestHandler):
                 code = cf.code
                 self._send(code, _error_status(code))
                 return
-            if faults.error_rate > 0 and (write or not faults.errors_writes_only):
-                if random.random() < faults.error_rate:
-                    code = faults.error_code
-                    self._send(code, _error_status(code))
-                    return
+            if (
+                faults.error_rate > 0
+                and (write or not faults.errors_writes_only)
+                and random.random() < faults.error_rate
+            ):
+                code = faults.error_code
+                self._send(code, _error_status(code))
+                return
             code, body = self._dispatch(verb, path, raw)
             self._send(code, body)
         finally:
@@ -510,13 +524,26 @@ class _Handler(BaseHTTPRequestHandler):
         meta = body.get("metadata") or {}
         name = meta.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
-            raise _ApiError(422, "Invalid", f"Lease.coordination.k8s.io is invalid: metadata.name: Invalid value: {name!r}")
+            raise _ApiError(
+                422,
+                "Invalid",
+                f"Lease.coordination.k8s.io is invalid: metadata.name: Invalid value: {name!r}",
+            )
         if meta.get("namespace") not in (None, ns):
-            raise _ApiError(400, "BadRequest", "the namespace of the object does not match the namespace on the request")
+            raise _ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the object does not match the namespace on the request",
+            )
         spec = _clean_spec(body.get("spec"))
         with store.lock:
             if (ns, name) in store.objects:
-                raise _ApiError(409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already exists', name)
+                raise _ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'leases.coordination.k8s.io "{name}" already exists',
+                    name,
+                )
             new_meta = store._new_meta(ns, name)
             for k in ("labels", "annotations"):
                 if isinstance(meta.get(k), dict):
@@ -524,13 +551,15 @@ class _Handler(BaseHTTPRequestHandler):
             new_meta["resourceVersion"] = store._bump()
             obj = {"kind": "Lease", "apiVersion": f"{GROUP}/v1", "metadata": new_meta, "spec": spec}
             store.objects[(ns, name)] = obj
-            return json.loads(json.dumps(obj))
+            return _copy(obj)
 
     def _update(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         store = self.server.emulator.store
         meta = body.get("metadata") or {}
         if meta.get("name") not in (None, name):
-            raise _ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+            raise _ApiError(
+                400, "BadRequest", "the name of the object does not match the name on the URL"
+            )
         spec = _clean_spec(body.get("spec"))
         with store.lock:
             old = store.objects.get((ns, name))
@@ -553,12 +582,17 @@ class _Handler(BaseHTTPRequestHandler):
             new_meta["resourceVersion"] = store._bump()
             obj = {"kind": "Lease", "apiVersion": f"{GROUP}/v1", "metadata": new_meta, "spec": spec}
             store.objects[(ns, name)] = obj
-            return json.loads(json.dumps(obj))
+            return _copy(obj)
 
 
 class _NotFound(_ApiError):
     def __init__(self, name: str) -> None:
         super().__init__(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found', name)
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(obj))
+    return out
 
 
 def _body(raw: bytes) -> dict[str, Any]:
@@ -568,16 +602,25 @@ def _body(raw: bytes) -> dict[str, Any]:
         raise _ApiError(400, "BadRequest", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _ApiError(400, "BadRequest", "the body must be a JSON object")
-    if body.get("kind") not in (None, "Lease") or body.get("apiVersion") not in (None, f"{GROUP}/v1"):
+    if body.get("kind") not in (None, "Lease") or body.get("apiVersion") not in (
+        None,
+        f"{GROUP}/v1",
+    ):
         raise _ApiError(400, "BadRequest", "the body must be a coordination.k8s.io/v1 Lease")
     return body
 
 
 def _error_status(code: int) -> dict[str, Any]:
     if code == 500:
-        return status(500, "InternalError", "Internal error occurred: etcdserver: request timed out")
+        return status(
+            500, "InternalError", "Internal error occurred: etcdserver: request timed out"
+        )
     if code == 403:
-        return status(403, "Forbidden", 'leases.coordination.k8s.io is forbidden: User cannot update resource "leases"')
+        return status(
+            403,
+            "Forbidden",
+            'leases.coordination.k8s.io is forbidden: User cannot update resource "leases"',
+        )
     return status(code, _REASONS.get(code, "InternalError"), f"emulated error {code}")
 
 
@@ -589,7 +632,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--listen", default="127.0.0.1:6443", help="HOST:PORT (default 127.0.0.1:6443)")
     p.add_argument("--dir", required=True, help="where to write ca.crt and the kubeconfigs")
-    p.add_argument("--clients", default="vipd", help="comma-separated client names (one token each)")
+    p.add_argument(
+        "--clients", default="vipd", help="comma-separated client names (one token each)"
+    )
     args = p.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     emu = Emulator(Path(args.dir), args.clients.split(","), host=host.strip("[]"), port=int(port))
