@@ -133,7 +133,7 @@ class VrrpInstance:
         self._master_advert_at: float | None = None  # the followed master's last advert
         self._send_error: str | None = None  # the last advert send failure, until one succeeds
         self._stopping = False
-        self._master_seen: tuple[IPAddress | None, int | None] = (None, None)
+        self._master_seen: tuple[IPAddress | None, int | None, int] = (None, None, -1)
 
     # -- adverts -------------------------------------------------------------------------
 
@@ -200,9 +200,12 @@ class VrrpInstance:
                 self.controller.announce()
                 self.log.info("re-announcing", extra={"fields": {"reason": action.reason}})
         self._rearm()
-        if (self.machine.master_ip, self.machine.master_priority) != self._master_seen:
-            self._master_seen = (self.machine.master_ip, self.machine.master_priority)
-            metrics.set_master(*self._master_seen)
+        m = self.machine
+        if (m.master_ip, m.master_priority, m.priority) != self._master_seen:
+            # Cheap, but not per advert: only when the master or our priority changed.
+            self._master_seen = (m.master_ip, m.master_priority, m.priority)
+            metrics.set_master(m.master_ip, m.master_priority)
+            metrics.VRRP_PRIORITY.set(m.priority)
 
     def _log_transition(self, role: str, reason: str) -> None:
         self.stats.transitions[role] += 1
@@ -688,6 +691,9 @@ class VrrpInstance:
                 if not isinstance(a, state.SendAdvert)
             ]
             self._apply(actions, now)
+            if not any(isinstance(a, state.BecomeBackup) for a in actions):
+                # A follower leaves without a step-down action: its role changes all the same.
+                self._observe_transition(f"interface-down: {self.ifname} is down")
 
     def _count_garp(self, n: int) -> None:
         self.stats.garp_sent += n
