@@ -62,7 +62,7 @@ INVALID_REASONS = (
     "source",
     "family",
 )
-ACTUATORS = ("address",)  # IPVS adds "ipvs" when it lands
+ACTUATORS = ("address", "ipvs")
 
 # Actuation happens in well under a millisecond (README: p99 ~1.3 ms on a busy 2-core
 # machine); the buckets resolve that and still catch a pathological 0.1–1 s.
@@ -311,8 +311,40 @@ INTERFACE_UP = Gauge(
 # -- health (issue 3) -------------------------------------------------------------------------
 # API-server health per backend and check duration: defined here by the health feature.
 
-# -- IPVS (issue 4) ---------------------------------------------------------------------------
-# IPVS real servers: defined here by the IPVS feature (add "ipvs" to ACTUATORS).
+# -- IPVS (issue 3) ---------------------------------------------------------------------------
+
+IPVS_STATES = ("healthy", "unhealthy")
+IPVS_OPS = (
+    "add_service",
+    "edit_service",
+    "remove_service",
+    "add_server",
+    "edit_server",
+    "remove_server",
+)
+
+IPVS_REAL_SERVERS = Gauge(
+    "vipd_ipvs_real_servers",
+    "Real servers in vipd's IPVS service (VIP:port/TCP) after the last reconcile, by the "
+    "backend's health. On the leader, healthy = the healthy backends; unhealthy > 0 means a "
+    "pool rule kept or added one that is not healthy (bootstrap, or the last remaining one: "
+    "every backend is failing). 0 on followers.",
+    ["state"],
+    registry=REGISTRY,
+)
+IPVS_SERVICE = Gauge(
+    "vipd_ipvs_service_present",
+    "1 while vipd's IPVS service exists on this node: 1 on the leader, 0 on followers.",
+    registry=REGISTRY,
+)
+IPVS_CHANGES = Counter(
+    "vipd_ipvs_changes_total",
+    "Changes vipd made to its IPVS service, by operation. add_server/remove_server follow "
+    "backend health transitions; changes with no health transition mean someone edited the "
+    "table by hand (vipd repaired it).",
+    ["op"],
+    registry=REGISTRY,
+)
 
 # -- Lease ------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vipd import metrics
 from vipd.ipvs.plan import (
     AddServer,
     AddService,
@@ -216,6 +217,10 @@ def test_pool_invariants(
 # -- the reconciler over a fake kernel -------------------------------------------------------
 
 
+def gauge(name: str, **labels: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(name, labels)
+
+
 class FakeKernel:
     def __init__(self) -> None:
         self.table: Table | None = None
@@ -277,12 +282,16 @@ def test_reconciler_follows_leadership_and_health() -> None:
         health.up = {N2, N3}
         await rec.reconcile()
         assert members() == {N2, N3}
+        assert gauge("vipd_ipvs_real_servers", state="healthy") == 2
+        assert gauge("vipd_ipvs_service_present") == 1
         health.up = {N3}
         await rec.reconcile()
         assert members() == {N3}
         health.up = set()
         await rec.reconcile()
         assert members() == {N3}  # the last one stays
+        assert gauge("vipd_ipvs_real_servers", state="unhealthy") == 1
+        assert gauge("vipd_ipvs_real_servers", state="healthy") == 0
         health.up = {N2}
         await rec.reconcile()
         assert members() == {N2}
@@ -295,6 +304,7 @@ def test_reconciler_follows_leadership_and_health() -> None:
         rec.set_leader(False)
         await rec.reconcile()
         assert kernel.table is None and not nat.on  # step-down removes it all
+        assert gauge("vipd_ipvs_service_present") == 0
         rec.set_leader(True)
         await rec.reconcile()
         await rec.release()
@@ -321,5 +331,8 @@ def test_reconciler_counts_a_failed_pass_and_keeps_going() -> None:
         assert await rec.reconcile() is None
         await rec.release()
 
+    before = metrics.REGISTRY.get_sample_value("vipd_reconcile_errors_total", {"actuator": "ipvs"})
     asyncio.run(scenario())
     assert rec.stats.reconcile_errors == 2
+    after = metrics.REGISTRY.get_sample_value("vipd_reconcile_errors_total", {"actuator": "ipvs"})
+    assert before is not None and after == before + 2

@@ -29,11 +29,15 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
 from typing import Protocol
 
+from vipd import metrics
 from vipd.actuators.ipvs import IpvsActuator, Masquerade
 from vipd.ipvs.plan import (
     AddServer,
+    AddService,
     DelServer,
     DelService,
+    EditServer,
+    EditService,
     Forwarding,
     Op,
     Pool,
@@ -96,6 +100,17 @@ class PassResult:
     ops: tuple[Op, ...]
     pool: Pool | None
     servers: tuple[IPAddress, ...]
+    present: bool = False  # the service exists after the pass
+
+
+_OP_LABELS: dict[type, str] = {
+    AddService: "add_service",
+    EditService: "edit_service",
+    DelService: "remove_service",
+    AddServer: "add_server",
+    EditServer: "edit_server",
+    DelServer: "remove_server",
+}
 
 
 class IpvsReconciler:
@@ -129,6 +144,12 @@ class IpvsReconciler:
             nat = Masquerade(spec.service.key, netns)
         self._nat = nat
         self._nat_installed: bool | None = None  # None: unknown, look at the host
+        for state in metrics.IPVS_STATES:
+            metrics.IPVS_REAL_SERVERS.labels(state=state).set(0)
+        for op in metrics.IPVS_OPS:
+            metrics.IPVS_CHANGES.labels(op=op)
+        metrics.RECONCILE_ERRORS.labels(actuator="ipvs")
+        metrics.IPVS_SERVICE.set(0)
 
     # -- inputs (event-loop thread, or any thread for on_health_change) ---------------------
 
@@ -168,6 +189,7 @@ class IpvsReconciler:
             result = await loop.run_in_executor(self._executor, self._pass, leader, healthy)
         except Exception as exc:
             self.stats.reconcile_errors += 1
+            metrics.RECONCILE_ERRORS.labels(actuator="ipvs").inc()
             self.log.error("reconcile failed", extra={"fields": {"actuator": "ipvs", "error": exc}})
             return None
         self._record(result, healthy)
@@ -188,7 +210,12 @@ class IpvsReconciler:
                 "ipvs pool rule applied",
                 extra={"fields": {"rule": pool.rule, "reason": pool.reason}},
             )
+        up = sum(1 for s in result.servers if s in healthy)
+        metrics.IPVS_REAL_SERVERS.labels(state="healthy").set(up)
+        metrics.IPVS_REAL_SERVERS.labels(state="unhealthy").set(len(result.servers) - up)
+        metrics.IPVS_SERVICE.set(1 if result.present else 0)
         for op in result.ops:
+            metrics.IPVS_CHANGES.labels(op=_OP_LABELS[type(op)]).inc()
             self.stats.operations += 1
             if isinstance(op, AddServer):
                 self.stats.servers_added += 1
@@ -221,7 +248,7 @@ class IpvsReconciler:
         act.apply(ops)
         self._converge_nat(leader)
         servers = tuple(sorted(s.addr for s in want.servers)) if want else ()
-        return PassResult(tuple(ops), pool, servers)
+        return PassResult(tuple(ops), pool, servers, want is not None)
 
     def _converge_nat(self, leader: bool) -> None:
         if self._nat is None:
@@ -252,6 +279,10 @@ class IpvsReconciler:
         try:
             if await loop.run_in_executor(self._executor, self._release):
                 self.stats.services_removed += 1
+                metrics.IPVS_CHANGES.labels(op="remove_service").inc()
+                metrics.IPVS_SERVICE.set(0)
+                for state in metrics.IPVS_STATES:
+                    metrics.IPVS_REAL_SERVERS.labels(state=state).set(0)
                 self.log.info(
                     "ipvs service removed",
                     extra={"fields": {"service": self.spec.service.key, "reason": "stopping"}},
