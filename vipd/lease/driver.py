@@ -661,10 +661,15 @@ class LeaseInstance:
                     except TimeoutError:
                         outcome = logic.Unreachable("timed out")
                     released = isinstance(outcome, logic.Ok)
-                    self.log.info(
-                        "released the Lease" if released else "could not release the Lease",
-                        extra={"fields": {"outcome": logic.outcome_kind(outcome)}},
-                    )
+                    if released:
+                        # From here on this node does not lead; the VIP stays (quiet) until
+                        # the successor shows up (make-before-break).
+                        self._transition("follower", "released the Lease: stopping")
+                    else:
+                        self.log.warning(
+                            "could not release the Lease: peers wait for it to expire",
+                            extra={"fields": {"outcome": logic.outcome_kind(outcome)}},
+                        )
             if released and graceful:
                 await self._await_successor()
         if self.controller is not None:

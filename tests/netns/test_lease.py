@@ -1,0 +1,425 @@
+"""The Lease backend end to end: 3 real vipd processes in network namespaces, the real
+``kubernetes`` client, and the Lease API emulator (``vipd.lease.emulator``) in the client
+namespace, with the 5/3/1 profile.
+
+What it tests: node death (a peer takes over within duration + retry period), SIGTERM (within
+about one retry period, the stopping node keeping the VIP until the successor holds the
+Lease), 409 and 5xx storms, a stall of the leader's requests longer than the renew deadline
+(it steps down, without exiting), a network partition of the leader (the same, by its TCP
+path), and both sides of the unreachable-store rule (the store down for everyone: the leader
+keeps the VIP and nobody takes it; another holder appears: the leader lets go at once).
+
+Every test records a timeline — who has the VIP bound (sampled every ~20 ms) and who believes
+it leads (its own "became leader" / "became follower" log lines, millisecond timestamps) —
+and checks the invariant on it: never two nodes that both hold the VIP and both believe they
+lead at the same instant; and, stronger, never two nodes believing they lead at once.
+
+Timing bounds are the protocol's plus a margin for these shared 2-core machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from vipd.lab import faults
+from vipd.lab.daemons import LeaseSpec, VipdDaemon, VrrpSpec
+from vipd.lab.topology import CLIENT4, VIP4, Lab
+from vipd.lease.emulator import Emulator, serve_in_netns
+
+PORT = 16443
+D, R, P = 5, 3.0, 1.0  # the fast profile
+MARGIN = 1.5  # seconds of scheduling slack on a shared, loaded 2-core machine
+NS = "kube-system"
+NAME = "vipd-cp-lock"
+LINE = re.compile(r'^ts=(\S+) level=\w+ msg="(became leader|became follower)"')
+
+
+def wall() -> float:
+    return time.time()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> float | None:
+    start = time.monotonic()
+    while True:
+        if cond():
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            return None
+        time.sleep(step)
+
+
+@dataclass
+class LeaseCluster:
+    lab: Lab
+    emu: Emulator
+    daemons: dict[str, VipdDaemon]
+    samples: list[tuple[float, list[str]]] = field(default_factory=list)
+    killed: dict[str, float] = field(default_factory=dict)  # node -> wall time of death
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    # -- observation --
+
+    def holders(self) -> list[str]:
+        return self.lab.holders(VIP4)
+
+    def record(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                with contextlib.suppress(Exception):
+                    self.samples.append((wall(), self.holders()))
+                time.sleep(0.02)
+
+        self._thread = threading.Thread(target=loop, daemon=True, name="holders")
+        self._thread.start()
+
+    def stop_recording(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {n}\n" + "\n".join(d.log_text().splitlines()[-25:])
+            for n, d in self.daemons.items()
+        )
+
+    def beliefs(self) -> dict[str, list[tuple[float, float]]]:
+        """Per node, the wall-time intervals in which it believed it led (from its log)."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        end_of_time = wall() + 3600
+        for name, d in self.daemons.items():
+            text = d.log_path.read_text() if d.log_path.exists() else ""
+            spans: list[tuple[float, float]] = []
+            start: float | None = None
+            for line in text.splitlines():
+                if line.startswith("=== start"):
+                    if start is not None:  # the previous process died leading (killed)
+                        spans.append((start, self.killed.get(name, end_of_time)))
+                        start = None
+                    continue
+                m = LINE.match(line)
+                if not m:
+                    continue
+                t = datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
+                if m.group(2) == "became leader" and start is None:
+                    start = t
+                elif m.group(2) == "became follower" and start is not None:
+                    spans.append((start, t))
+                    start = None
+            if start is not None:
+                stop = self.killed.get(name, end_of_time) if not d.running() else end_of_time
+                spans.append((start, stop))
+            out[name] = spans
+        return out
+
+    def leaders_now(self) -> list[str]:
+        now = wall()
+        return sorted(
+            n for n, spans in self.beliefs().items() if any(a <= now < b for a, b in spans)
+        )
+
+    def check_invariant(self) -> None:
+        """Never two nodes believing they lead at once (2 ms: log timestamps are in ms), and
+        never a sample in which two holders of the VIP both believed they led."""
+        b = self.beliefs()
+        names = sorted(b)
+        for i, x in enumerate(names):
+            for y in names[i + 1 :]:
+                for a0, a1 in b[x]:
+                    for b0, b1 in b[y]:
+                        overlap = min(a1, b1) - max(a0, b0)
+                        assert overlap <= 0.002, (
+                            f"{x} {a0:.3f}-{a1:.3f} and {y} {b0:.3f}-{b1:.3f} both led "
+                            f"for {overlap * 1000:.1f} ms\n{self.logs()}"
+                        )
+        for t, holders in self.samples:
+            if len(holders) < 2:
+                continue
+            believing = [h for h in holders if any(a <= t < c for a, c in b.get(h, []))]
+            assert len(believing) < 2, f"at {t:.3f} {holders} held the VIP, {believing} led"
+
+    def leader(self, timeout: float = 20.0) -> str:
+        """The one node that believes it leads and holds the VIP (waits for it)."""
+        got: list[str] = []
+
+        def one() -> bool:
+            lead = self.leaders_now()
+            if len(lead) == 1 and self.holders() == lead:
+                got[:] = lead
+                return True
+            return False
+
+        assert wait_for(one, timeout, 0.05) is not None, (
+            f"no single leader (holders {self.holders()})\n{self.logs()}"
+        )
+        return got[0]
+
+    def became_leader_after(self, t: float, exclude: str | None = None) -> tuple[str, float] | None:
+        best: tuple[str, float] | None = None
+        for name, spans in self.beliefs().items():
+            if name == exclude:
+                continue
+            for a, _ in spans:
+                if a >= t and (best is None or a < best[1]):
+                    best = (name, a)
+        return best
+
+    def started(self, name: str) -> bool:
+        return "lease election started" in self.daemons[name].log_text()
+
+    def rig(self, name: str) -> faults.NodeRig:
+        return faults.NodeRig(self.lab.node(name), self.daemons[name])
+
+
+@pytest.fixture
+def lease_cluster(
+    make_lab: Callable[..., Lab], tmp_path: Any
+) -> Iterator[Callable[..., LeaseCluster]]:
+    made: list[LeaseCluster] = []
+
+    def build(keep_on_unreachable: bool = True) -> LeaseCluster:
+        lab = make_lab(3)
+        emu = Emulator(lab.workdir, [n.name for n in lab.nodes], host=CLIENT4, port=PORT)
+        for n in lab.nodes:
+            emu.kubeconfig(n.name)
+        serve_in_netns(emu, lab.client_ns)
+        spec = VrrpSpec(
+            vip=VIP4,
+            lease=LeaseSpec(
+                f"https://{CLIENT4}:{PORT}", D, R, P, keep_on_unreachable=keep_on_unreachable
+            ),
+        )
+        daemons = {n.name: VipdDaemon(lab, n, spec, lab.nodes) for n in lab.nodes}
+        c = LeaseCluster(lab, emu, daemons)
+        made.append(c)
+        c.record()
+        for d in daemons.values():
+            d.start()
+        assert wait_for(lambda: all(c.started(n) for n in daemons), 30, 0.05) is not None, c.logs()
+        return c
+
+    try:
+        yield build
+    finally:
+        for c in made:
+            c.stop_recording()
+            for d in c.daemons.values():
+                d.stop(signal.SIGKILL, timeout=5)
+            c.emu.stop()
+
+
+def renewals_ok(emu: Emulator, client: str) -> list[float]:
+    """Monotonic times at which ``client``'s writes were answered 200/201."""
+    return [e.time for e in emu.requests(client) if e.verb == "PUT" and e.status == 200]
+
+
+# -- the tests -------------------------------------------------------------------------------
+
+
+def test_node_death_peer_takes_over_within_duration_plus_retry(
+    lease_cluster: Callable[..., LeaseCluster],
+) -> None:
+    c = lease_cluster()
+    old = c.leader()
+    time.sleep(2.5)  # a few renewals
+    offset = wall() - time.monotonic()
+    c.killed[old] = wall()
+    faults.kill(c.lab, c.rig(old))
+    last = max(renewals_ok(c.emu, old)) + offset
+    got = wait_for(
+        lambda: c.became_leader_after(c.killed[old], exclude=old) is not None, D + P + 10
+    )
+    assert got is not None, c.logs()
+    took = c.became_leader_after(c.killed[old], exclude=old)
+    assert took is not None
+    new, t_new = took
+    # Not before the Lease expired (the peer saw the last renewal at or after it was
+    # answered), and within duration + retry of it (plus scheduling).
+    assert t_new >= last + D - 0.05, (t_new - last, c.logs())
+    assert t_new - last <= D + P + MARGIN, (t_new - last, c.logs())
+    assert wait_for(lambda: [h for h in c.holders() if h != old] == [new], 5) is not None
+    rec = c.emu.store.get(NS, NAME)
+    assert rec is not None and rec["spec"]["holderIdentity"] == new
+    assert rec["spec"]["leaseTransitions"] >= 1
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_sigterm_hands_over_within_one_retry_period(
+    lease_cluster: Callable[..., LeaseCluster],
+) -> None:
+    c = lease_cluster()
+    old = c.leader()
+    time.sleep(1.5)
+    t_term = wall()
+    c.daemons[old].stop(signal.SIGTERM, timeout=None)
+    assert wait_for(lambda: c.became_leader_after(t_term, exclude=old) is not None, P + 10)
+    took = c.became_leader_after(t_term, exclude=old)
+    assert took is not None
+    new, t_new = took
+    assert t_new - t_term <= P + MARGIN, (t_new - t_term, c.logs())
+    assert c.daemons[old].wait(10) == 0, c.logs()  # released, exited 0
+    text = c.daemons[old].log_text()
+    assert "became follower" in text and "released the Lease" in text
+    assert "new holder seen: releasing the VIP" in text  # make-before-break
+    assert wait_for(lambda: c.holders() == [new], 5) is not None, c.holders()
+    c.stop_recording()
+    c.check_invariant()
+    # The VIP was never absent between the two holders (sampled): make-before-break.
+    during = [h for t, h in c.samples if t_term <= t <= t_new]
+    assert during and all(h for h in during), during
+
+
+def test_409_and_5xx_storms_keep_one_leader(lease_cluster: Callable[..., LeaseCluster]) -> None:
+    c = lease_cluster()
+    c.leader()
+    stop = threading.Event()
+    meddled = [0]
+
+    def meddle() -> None:
+        # Someone else editing the Lease (a label, an annotation) every 150 ms: every
+        # write based on an older resourceVersion gets a 409.
+        while not stop.is_set():
+            obj = c.emu.store.get(NS, NAME)
+            if obj is not None:
+                c.emu.store.put_raw(NS, NAME, obj["spec"])
+                meddled[0] += 1
+            time.sleep(0.15)
+
+    t = threading.Thread(target=meddle, daemon=True)
+    t.start()
+    c.emu.set_errors(0.3, 503)
+    time.sleep(12)
+    c.emu.set_errors(0.3, 500, writes_only=True)
+    time.sleep(6)
+    stop.set()
+    t.join()
+    c.emu.heal()
+    statuses = [e.status for e in c.emu.requests()]
+    assert statuses.count(409) >= 5 and statuses.count(503) >= 5 and meddled[0] > 50
+    c.leader(timeout=2 * (D + P) + MARGIN)
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_stall_longer_than_renew_deadline_steps_the_leader_down_without_exiting(
+    lease_cluster: Callable[..., LeaseCluster],
+) -> None:
+    c = lease_cluster()
+    old = c.leader()
+    time.sleep(1.5)
+    offset = wall() - time.monotonic()
+    c.emu.partition(old, mode="stall")  # its requests get no answer at all
+    t0 = wall()
+    last_sent_bound = max(renewals_ok(c.emu, old)) + offset
+    assert wait_for(lambda: old not in c.leaders_now(), R + P + MARGIN + 1) is not None, c.logs()
+    down = wall()
+    # Renewals are sent every P; the last good one was answered at last_sent_bound, so the
+    # deadline is at most R after that.
+    assert down - last_sent_bound <= R + MARGIN, (down - last_sent_bound, c.logs())
+    assert "renew deadline" in c.daemons[old].log_text()
+    assert c.daemons[old].running()  # stepped down, did not exit
+    assert wait_for(lambda: old not in c.holders(), 2) is not None
+    took = None
+    assert wait_for(lambda: c.became_leader_after(t0, exclude=old) is not None, D + P + 5)
+    took = c.became_leader_after(t0, exclude=old)
+    assert took is not None and took[1] - down >= D - R - P - 0.1  # the safety margin
+    c.emu.heal(old)
+    time.sleep(2 * P + 0.5)
+    assert c.leaders_now() == [took[0]]  # the old leader rejoins as a follower
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_partitioned_leader_steps_down_and_a_peer_takes_over(
+    lease_cluster: Callable[..., LeaseCluster],
+) -> None:
+    """A network partition (TCP to the API server dropped in the leader's namespace): the
+    failures are timeouts, not 5xx, so the unreachable-store rule does not keep the VIP."""
+    c = lease_cluster()
+    old = c.leader()
+    ns = c.lab.node(old).ns
+    rules = (
+        "add table inet part\n"
+        "add chain inet part out { type filter hook output priority 0; }\n"
+        f"add rule inet part out ip daddr {CLIENT4} tcp dport {PORT} drop\n"
+    )
+    c.lab.exec(ns, ["nft", "-f", "-"], input_text=rules)
+    t0 = wall()
+    assert wait_for(lambda: old not in c.leaders_now(), R + P + MARGIN + 1) is not None, c.logs()
+    assert "keeping the VIP" not in c.daemons[old].log_text()
+    assert wait_for(lambda: c.became_leader_after(t0, exclude=old) is not None, D + P + 5)
+    new = c.became_leader_after(t0, exclude=old)
+    assert new is not None
+    assert wait_for(lambda: c.holders() == [new[0]], 5) is not None, c.holders()
+    c.lab.exec(ns, ["nft", "delete", "table", "inet", "part"])
+    time.sleep(2 * P + 0.5)
+    assert c.leaders_now() == [new[0]]
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_store_down_everywhere_the_leader_keeps_the_vip(
+    lease_cluster: Callable[..., LeaseCluster],
+) -> None:
+    c = lease_cluster()
+    old = c.leader()
+    c.emu.set_errors(1.0, 503)  # etcd gone: every API server answers 503
+    t0 = wall()
+    time.sleep(3 * D)  # three lease durations
+    assert "keeping the VIP" in c.daemons[old].log_text(), c.logs()
+    assert c.leaders_now() == [old]
+    out = [(t, h) for t, h in c.samples if t > t0 and h != [old]]
+    assert not out, out[:5]  # the VIP never left it, never appeared elsewhere
+    c.emu.heal()
+    assert wait_for(lambda: "store reachable again" in c.daemons[old].log_text(), 2 * P + MARGIN)
+    time.sleep(D)  # the followers' clocks restarted at recovery: nobody steals it
+    assert c.leaders_now() == [old] and c.holders() == [old]
+    assert c.became_leader_after(t0, exclude=old) is None
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_store_down_then_another_holder_appears_the_leader_lets_go_at_once(
+    lease_cluster: Callable[..., LeaseCluster],
+) -> None:
+    c = lease_cluster()
+    old = c.leader()
+    c.emu.set_errors(1.0, 503, writes_only=True)  # reads still served, writes fail
+    assert wait_for(lambda: "keeping the VIP" in c.daemons[old].log_text(), R + P + MARGIN)
+    assert c.holders() == [old]
+    obj = c.emu.store.get(NS, NAME)
+    assert obj is not None
+    spec = {**obj["spec"], "holderIdentity": "intruder"}
+    t0 = wall()
+    c.emu.store.put_raw(NS, NAME, spec)  # e.g. a node whose writes got through
+    assert wait_for(lambda: old not in c.leaders_now(), P + MARGIN) is not None, c.logs()
+    assert wait_for(lambda: c.holders() == [], 2) is not None, c.holders()
+    assert wall() - t0 <= P + MARGIN + 2
+    assert "held by intruder" in c.daemons[old].log_text()
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_rule_off_steps_down_at_the_deadline_on_5xx(
+    lease_cluster: Callable[..., LeaseCluster],
+) -> None:
+    c = lease_cluster(keep_on_unreachable=False)
+    old = c.leader()
+    c.emu.set_errors(1.0, 503)
+    assert wait_for(lambda: old not in c.leaders_now(), R + P + MARGIN + 1) is not None, c.logs()
+    assert "keeping the VIP" not in c.daemons[old].log_text()
+    assert wait_for(lambda: c.holders() == [], 2) is not None
+    c.stop_recording()
+    c.check_invariant()
