@@ -34,6 +34,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -45,6 +46,9 @@ from vipd.lab.daemons import Daemon, VipdDaemon, VrrpSpec, make_daemon
 from vipd.lab.topology import CLIENT4, VIP4, Lab, python_argv, python_env
 
 T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "manifests" / "monitoring" / "vipd-rules.yaml"
+DASHBOARD = ROOT / "manifests" / "monitoring" / "vipd-dashboard.json"
 CLONE_NEWNET = 0x40000000
 PORT = 2112
 SCRAPE_INTERVAL = 0.5  # seconds; Prometheus accepts sub-second intervals
@@ -191,7 +195,9 @@ class Prometheus:
             "global": {
                 "scrape_interval": f"{int(SCRAPE_INTERVAL * 1000)}ms",
                 "scrape_timeout": f"{int(SCRAPE_INTERVAL * 800)}ms",
+                "evaluation_interval": f"{int(SCRAPE_INTERVAL * 1000)}ms",
             },
+            "rule_files": [str(RULES)],
             "scrape_configs": [
                 {
                     "job_name": "vipd",
@@ -229,12 +235,19 @@ class Prometheus:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        url = f"http://{self.listen}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    def api(self, path: str, **params: str) -> tuple[int, dict[str, Any]]:
+        url = f"http://{self.listen}/api/v1/{path}?" + urllib.parse.urlencode(params)
         code, body = http_get(self.lab.client_ns, url)
+        try:
+            doc: dict[str, Any] = json.loads(body)
+        except ValueError:
+            doc = {"status": "error", "error": body}
+        return code, doc
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        code, doc = self.api("query", query=expr)
         if code != 200:
             return []
-        doc = json.loads(body)
         assert doc["status"] == "success", doc
         result: list[dict[str, Any]] = doc["data"]["result"]
         return result
@@ -284,6 +297,7 @@ def test_prometheus_sees_one_leader_then_the_next_after_a_failover(cluster: Clus
         assert bound["metric"]["vip"] == VIP4 and float(bound["value"][1]) == 1
         names = prom.query('vipd_node_info{node="n1"}')
         assert [r["metric"]["instance"] for r in names] == [addr(lab, "n1")]
+        check_dashboard_and_rules(prom)
 
         # The leader dies (link down, SIGKILL): n2 (priority 150) takes over.
         n2 = addr(lab, "n2")
@@ -310,8 +324,40 @@ def test_prometheus_sees_one_leader_then_the_next_after_a_failover(cluster: Clus
         assert cluster.mdi(150) - 0.01 <= since <= cluster.mdi(150) + 1.0, since
         announced = prom.query(f'vipd_takeover_duration_seconds_count{{instance="{n2}"}}')
         assert announced and all(float(r["value"][1]) >= 1 for r in announced)
+        # The rules see it too: n1's target is down (VipdDown pending, it needs 1 minute),
+        # and neither VIP alert is pending or firing: one node holds the VIP throughout.
+        n1 = addr(lab, "n1")
+        down = 'ALERTS{alertname="VipdDown"}'
+        assert wait_for(lambda: prom.instances(down) == {n1}, 30, 0.25), prom.query("ALERTS")
+        vip_alerts = 'ALERTS{alertname=~"VipdNoNodeHoldsVip|VipdVipOnSeveralNodes"}'
+        assert prom.query(vip_alerts) == []
     finally:
         prom.stop()
+
+
+def check_dashboard_and_rules(prom: Prometheus) -> None:
+    """Every dashboard query runs on the real Prometheus (the VRRP ones return data), and
+    every alert rule loaded and evaluates without error."""
+    dash = json.loads(DASHBOARD.read_text())
+    for panel in dash["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"].replace("$__rate_interval", "1m").replace("$vip", ".*")
+            code, doc = prom.api("query", query=expr)
+            assert code == 200 and doc["status"] == "success", (panel["title"], expr, doc)
+            core = "lease" not in expr and "rate(" not in expr and "increase(" not in expr
+            if core:
+                assert doc["data"]["result"], (panel["title"], expr)
+    expected = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+
+    def rules_ok() -> bool:
+        code, doc = prom.api("rules")
+        if code != 200:
+            return False
+        rules = [r for g in doc["data"]["groups"] for r in g["rules"]]
+        healthy = {r["name"] for r in rules if r["health"] == "ok"}
+        return healthy == expected
+
+    assert wait_for(rules_ok, 20, 0.25), prom.api("rules")
 
 
 # -- promtool on the real exposition ---------------------------------------------------------
