@@ -177,6 +177,7 @@ class Options:
     health: bool = False
     election: str = "vrrp"
     lease_timing: str = "5/3/1"
+    health_spec: HealthSpec | None = None  # not a CLI option: the benchmark sets its timers
 
     @property
     def health_on(self) -> bool:
@@ -211,7 +212,7 @@ class Options:
             advert_interval=interval,
             version=self.version,
             unicast=self.unicast,
-            health=HealthSpec() if self.health_on else None,
+            health=(self.health_spec or HealthSpec()) if self.health_on else None,
             lease=lease,
         )
 
