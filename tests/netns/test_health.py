@@ -315,3 +315,30 @@ def test_lab_fault_apidown(netns_ok: None) -> None:
     assert report["lab"]["health"]["port"] == HEALTH.port
     for r in report["rounds"]:
         assert r["new_leader"] == "n2" and r["holders_after_convergence"] == ["n1"]
+
+
+def test_vipd_check_loads_the_ca_file_or_exits_2(two_nodes: Lab) -> None:
+    lab = two_nodes
+    node = lab.nodes[0]
+    ca = make_ca(lab.workdir)
+    path = lab.workdir / "check.yaml"
+
+    def check(ca_file: str) -> subprocess.CompletedProcess[str]:
+        path.write_text(
+            f"vip: {VIP4}\ninterface: eth0\nnode: n1\nelection: {{vrrp: {{vrid: 51}}}}\n"
+            f"health: {{ca_file: {ca_file}, interval: 2, rise: 1}}\n"
+        )
+        return lab.exec(node.ns, python_argv("vipd", "check", "--config", str(path)), check=False)
+
+    bad = check(str(lab.workdir / "missing.pem"))
+    assert bad.returncode == 2, bad
+    (line,) = bad.stderr.strip().splitlines()
+    assert line.startswith("vipd: config error: health.ca_file: cannot load CA certificates"), line
+    assert "No such file or directory" in line
+    good = check(str(ca[0]))
+    assert good.returncode == 0, good.stderr
+    assert (
+        "health: /readyz on 127.0.0.1 port 6443 every 2s (timeout 1.6s, rise 1, fall 3), "
+        f"TLS verified against {ca[0]}; while unhealthy priority 1" in good.stdout
+    ), good.stdout
+    assert lab.holders(VIP4) == []
