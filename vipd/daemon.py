@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import select
 import signal
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from typing import Any
 
 from vipd import __version__, metrics, sdnotify
 from vipd import log as vlog
+from vipd import sched
 from vipd.actuators.address import AddressActuator
 from vipd.actuators.announce import Announcer
 from vipd.config import Config
@@ -270,11 +272,26 @@ class VrrpInstance:
         deadline = self.machine.deadline
         now = time.monotonic()
         if deadline is not None and 0 < deadline - now <= TIMER_SLACK:
-            # At most TIMER_SLACK, once per takeover: sleeping here beats a millisecond-grained
-            # loop timer that would fire up to a millisecond late.
-            time.sleep(deadline - now)
+            # At most TIMER_SLACK, once per takeover: waiting here beats a millisecond-grained
+            # loop timer that would fire up to a millisecond late. Wait on the VRRP socket,
+            # not a plain sleep: at 0.01 s adverts two backups' Skew_Times differ by less
+            # than the slack (2 ms between priorities 150 and 100), so the better backup's
+            # first advert arrives inside this wait and must stop our takeover.
+            if self._advert_pending(deadline - now):
+                self._on_readable()
+                if self._timer is None:  # only garbage arrived: nothing re-armed us
+                    self._rearm()
+                return
             now = time.monotonic()
         self._apply(self.machine.on_timer(now), now)
+
+    def _advert_pending(self, timeout: float) -> bool:
+        """Block up to ``timeout`` (≤ TIMER_SLACK) for the VRRP socket; True if readable."""
+        if self.transport is None:
+            time.sleep(timeout)
+            return False
+        readable, _, _ = select.select([self.transport.fileno()], [], [], timeout)
+        return bool(readable)
 
     def _on_readable(self) -> None:
         assert self.transport is not None
@@ -514,6 +531,7 @@ class VrrpInstance:
                     "interface is down: waiting for it before joining the election",
                     extra={"fields": {"interface": self.ifname}},
                 )
+            self._realtime()
             self.log.info(
                 "vrrp started",
                 extra={
@@ -664,6 +682,21 @@ class VrrpInstance:
                 self.log.error(
                     "could not remove the IPVS service", extra={"fields": {"error": exc}}
                 )
+
+    def _realtime(self) -> None:
+        """Fast adverts: SCHED_RR so a busy host cannot stall the master (see vipd.sched)."""
+        policy = sched.realtime_policy(self.vrrp.advert_interval)
+        if policy is None:
+            return
+        problem = sched.apply(policy)
+        fields = {"policy": policy.name, "rt_priority": policy.priority, "why": policy.why}
+        if problem is None:
+            self.log.info("real-time scheduling on", extra={"fields": fields})
+        else:
+            self.log.warning(
+                "real-time scheduling refused: adverts may be late under load",
+                extra={"fields": {**fields, "error": problem}},
+            )
 
     def _on_link(self, up: bool) -> None:
         """RFC 9568 §6.4: interface down is a Shutdown event, interface up a Startup event."""
