@@ -4,12 +4,15 @@ Run as root from the repository root::
 
     .venv/bin/python bench/failover.py [--rounds N] [--quick] [--out bench/results]
 
-What it does, per configuration (3 nodes, VRRPv3 multicast, advert 1 s and 0.1 s, faults
-``kill`` = node death and ``term`` = SIGTERM of the daemon): one lab run of the network-
-namespace lab (``vipd.lab.runner``'s session and round logic, unchanged) for vipd and one
-for keepalived, the order of the two alternating from one configuration to the next so that
-drift on this shared machine hits both daemons alike; 20 rounds each by default.
-``--quick`` is a smoke test: 3 rounds, advert 0.1 s only, a short steady-state sample.
+What it does, per configuration (3 nodes, VRRPv3 multicast, advert 1 s, 0.1 s and 0.01 s;
+faults ``kill`` = node death, ``term`` = SIGTERM of the daemon, ``stop`` = SIGSTOP of the
+leader's daemon until the failover, then SIGCONT, ``linkdown`` = the leader's link down until
+the failover, then up): lab runs of the network-namespace lab (``vipd.lab.runner``'s session
+and round logic, unchanged) for vipd and for keepalived, interleaved: each daemon's rounds
+(20 by default) are split over ``--blocks`` lab runs (2), in the order vipd, keepalived,
+keepalived, vipd (mirrored for the next configuration), so that drift in the load of this
+shared machine hits both daemons alike. ``--quick`` is a smoke test: 3 rounds, adverts 0.1 s
+and 0.01 s, a short steady-state sample.
 
 What it reports:
 
@@ -29,8 +32,10 @@ What it reports:
 - vipd's takeover actuation latency as vipd itself measures it: every ``msg="VIP bound and
   announced"`` line of every node's vipd log carries ``decision_to_bound_ms`` and
   ``decision_to_garp_ms``; p50/p99/max over all of them;
-- steady-state cost at advert 0.1 s, sampled after the rounds with the prober stopped and
-  the cluster converged: CPU (utime + stime from /proc/PID/stat over the window, and the
+- the client-observed outage of the second move, when the faulted node comes back and
+  preempts (for ``stop``: the resumed node, VIP still bound, wins the client back);
+- steady-state cost at every advert interval (after the first ``kill`` block of each daemon),
+  sampled after the rounds with the prober stopped and the cluster converged: CPU (utime + stime from /proc/PID/stat over the window, and the
   same at ns resolution from /proc/PID/schedstat, the daemon's whole process tree, in % of
   one core) and VmRSS (summed over the tree), master and backups separately.
 
@@ -84,9 +89,18 @@ from vipd.lab.faults import FaultName
 from vipd.lab.runner import Options, Round
 from vipd.lab.topology import Lab, LabError, new_prefix
 
-ADVERTS_FULL: tuple[float, ...] = (1.0, 0.1)
-ADVERTS_QUICK: tuple[float, ...] = (0.1,)
-FAULTS: tuple[FaultName, ...] = ("kill", "term")
+ADVERTS_FULL: tuple[float, ...] = (1.0, 0.1, 0.01)
+ADVERTS_QUICK: tuple[float, ...] = (0.1, 0.01)
+FAULTS: tuple[FaultName, ...] = ("kill", "term", "stop", "linkdown")
+# Faults after which the leader just goes silent: the backup waits Master_Down_Interval.
+SILENT_FAULTS = ("kill", "stop", "linkdown")
+FAULT_TITLES = {
+    "kill": "node death (kill)",
+    "term": "SIGTERM (term)",
+    "stop": "SIGSTOP, then SIGCONT (stop)",
+    "linkdown": "link down, then up (linkdown)",
+}
+BLOCKS = 2  # each daemon's rounds per configuration, in this many interleaved lab runs
 DAEMONS: tuple[DaemonKind, ...] = ("vipd", "keepalived")
 TAKEOVER_PRIORITY = 150  # n2, the backup that takes over from n1 (200)
 BOUND_SLACK_MS = 15.0
@@ -95,7 +109,6 @@ GARP_TARGET_P99_MS = 2.0
 # before the first failed connect after the client's last success ends: at most a probe
 # interval (2 ms) plus a connect's round trip after that success started.
 PHASE_TOLERANCE_MS = 3.0
-STEADY_ADVERT = 0.1
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT_ENV = "VIPD_BENCH_SNAPSHOT"  # set in the re-executed process: where its vipd/ is
 STEADY_SETTLE = 5.0  # seconds after re-convergence before the CPU window opens
@@ -286,6 +299,7 @@ class ConfigRun:
     fault: FaultName
     rounds: int
     order: int
+    block: int = 1
     report: dict[str, Any] | None = None
     takeovers: list[dict[str, Any]] = field(default_factory=list)
     steady: dict[str, Any] | None = None
@@ -318,6 +332,7 @@ class ConfigRun:
             "fault": self.fault,
             "rounds_requested": self.rounds,
             "order": self.order,
+            "block": self.block,
             "started": self.started,
             "seconds": round(self.seconds, 1),
             "ok": self.ok,
@@ -344,7 +359,7 @@ def run_config(cfg: ConfigRun, tmp: Path, steady_seconds: float | None) -> None:
     )
     spec = opts.spec()
     prefix = new_prefix()
-    workdir = tmp / f"{prefix}-{cfg.daemon}-{cfg.advert:g}-{cfg.fault}"
+    workdir = tmp / f"{prefix}-{cfg.daemon}-{cfg.advert:g}-{cfg.fault}-{cfg.block}"
     lab = Lab(nodes=opts.nodes, prefix=prefix, workdir=workdir)
     cfg.workdir = str(workdir)
     cfg.started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -511,8 +526,17 @@ def summarise(runs: list[ConfigRun], adverts: Sequence[float]) -> dict[str, Any]
                     for rd in r.report["rounds"]
                     if not rd["ok"]
                 ]
+                after = [
+                    float(rd["preemption_outage_ms"])
+                    for r in cr
+                    if r.report is not None
+                    for rd in r.report["rounds"]
+                    if rd["reconverged"] and rd["preemption_outage_ms"] is not None
+                ]
                 by[daemon] = {
                     "outage_ms": pct(values),
+                    "after_restore_outage_ms": pct(after),
+                    "lab_runs": len(cr),
                     "rounds_run": sum(len(r.report["rounds"]) for r in cr if r.report),
                     "failed_rounds": failed,
                     "errors": [r.error for r in cr if r.error],
@@ -530,7 +554,9 @@ def summarise(runs: list[ConfigRun], adverts: Sequence[float]) -> dict[str, Any]
                     "ratio_p50": _ratio(v and v["p50"], k and k["p50"]),
                     "ratio_p90": _ratio(v and v["p90"], k and k["p90"]),
                     "vipd_max_within_bound_plus_15ms": (
-                        None if fault != "kill" or v is None else v["max"] <= bound + BOUND_SLACK_MS
+                        None
+                        if fault not in ("kill", "linkdown") or v is None
+                        else v["max"] <= bound + BOUND_SLACK_MS
                     ),
                 }
             )
@@ -548,8 +574,12 @@ def summarise(runs: list[ConfigRun], adverts: Sequence[float]) -> dict[str, Any]
         "target_p99_ms": GARP_TARGET_P99_MS,
     }
     steady: dict[str, Any] = {}
-    for daemon in DAEMONS:
-        samples = [r.steady for r in runs if r.daemon == daemon and r.steady is not None]
+    for advert, daemon in ((a, d) for a in adverts for d in DAEMONS):
+        samples = [
+            r.steady
+            for r in runs
+            if r.daemon == daemon and r.advert == advert and r.steady is not None
+        ]
         if not samples:
             continue
         master = [n for s in samples for n in s["nodes"].values() if n["role"] == "master"]
@@ -558,7 +588,8 @@ def summarise(runs: list[ConfigRun], adverts: Sequence[float]) -> dict[str, Any]
         def mean(xs: list[float]) -> float:
             return round(sum(xs) / len(xs), 4) if xs else float("nan")
 
-        steady[daemon] = {
+        steady.setdefault(f"{advert:g}", {})[daemon] = {
+            "advert_interval": advert,
             "samples": len(samples),
             "seconds_each": [s["seconds"] for s in samples],
             "processes_per_node": sorted(
@@ -608,6 +639,17 @@ WIRE_METRICS: dict[str, tuple[tuple[str, str | None, str | None], ...]] = {
         ("fault_minus_last_advert_ms", None, None),
         ("phase_corrected_outage_lab_fault_ms", None, "mdi"),
     ),
+    "stop": (
+        ("to_first_advert_ms", "stopped master's last advert → new master's first advert", "mdi"),
+        ("to_first_garp_ms", "stopped master's last advert → new master's first GARP", "mdi"),
+        (
+            "takeover_lateness_ms",
+            "**takeover lateness** = last advert → first GARP − MDI",
+            "zero",
+        ),
+        ("advert_lateness_ms", None, "zero"),
+        ("first_advert_to_first_garp_ms", None, None),
+    ),
     "term": (
         ("sigterm_to_priority0_ms", "SIGTERM → old master's priority-0 advert", None),
         ("to_first_advert_ms", "priority-0 advert → new master's first advert", "skew"),
@@ -622,6 +664,10 @@ WIRE_METRICS: dict[str, tuple[tuple[str, str | None, str | None], ...]] = {
         ("first_advert_to_first_garp_ms", None, None),
     ),
 }
+
+
+# Link down silences the master as node death does (the daemon lives on, off the wire).
+WIRE_METRICS["linkdown"] = WIRE_METRICS["kill"]
 
 
 def _wire_rounds_ok(r: ConfigRun) -> list[dict[str, Any]]:
@@ -816,8 +862,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines = [
         "### Failover: vipd vs keepalived",
         "",
-        f"3 nodes, VRRPv3 multicast, same timers, same run, daemon order alternating per "
-        f"configuration; {doc['parameters']['rounds']} rounds per daemon and configuration. "
+        f"3 nodes, VRRPv3 multicast, same timers, same run; each daemon's "
+        f"{doc['parameters']['rounds']} rounds per configuration run in "
+        f"{doc['parameters'].get('blocks', 1)} lab runs interleaved with the other "
+        "daemon's (vipd, keepalived, keepalived, vipd, then mirrored), so changes in the "
+        "machine's load hit both. "
         "Client-observed outage = largest gap between successful TCP connects to the VIP "
         "(one every 2 ms) around the fault. Bound = 3×Adv + Skew_Time of the priority-150 "
         "backup that takes over (for `term` the RFC bound is Skew_Time alone: the master "
@@ -841,6 +890,24 @@ def render_markdown(doc: dict[str, Any]) -> str:
             f"| {_f(o['ratio_p50'], 2)} | {_f(o['ratio_p90'], 2)} "
             f"| {'n/a' if within is None and o['fault'] != 'kill' else _f(within)} "
             f"| vipd {ok_count(v)}, keepalived {ok_count(k)} |"
+        )
+    lines += [
+        "",
+        "After the faulted node comes back (restarted after `kill`/`term`, SIGCONT after "
+        "`stop`, link up after `linkdown`) it preempts, being priority 200: client-observed "
+        "outage of that second move (for `stop` the resumed node still has the VIP bound "
+        "and must win back the client from the backup that took over):",
+        "",
+        "| advert | fault | vipd p50 / p90 / max ms | keepalived p50 / p90 / max ms "
+        "| vipd/keepalived p50 |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for o in s["outage"]:
+        va = o["vipd"]["after_restore_outage_ms"]
+        ka = o["keepalived"]["after_restore_outage_ms"]
+        lines.append(
+            f"| {o['advert_interval']:g} s | {o['fault']} | {_triple(va)} | {_triple(ka)} "
+            f"| {_f(_ratio(va and va['p50'], ka and ka['p50']), 2)} |"
         )
     lines += render_wire(doc)
     a = s["actuation"]
@@ -877,18 +944,19 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if s["steady_state"]:
         lines += [
             "",
-            f"Steady state at advert {STEADY_ADVERT:g} s, cluster converged, no client load "
+            "Steady state at each advert interval, cluster converged, no client load "
             "(utime + stime from /proc/PID/stat, in brackets the same from "
             "/proc/PID/schedstat at ns resolution, and VmRSS, each summed over the daemon's "
             "process tree; CPU in % of one core; backup = mean per backup node):",
             "",
-            "| daemon | processes/node | master CPU % | backup CPU % "
+            "| advert | daemon | processes/node | master CPU % | backup CPU % "
             "| master RSS MiB | backup RSS MiB | samples |",
-            "|---|---:|---:|---:|---:|---:|---|",
+            "|---|---|---:|---:|---:|---:|---:|---|",
         ]
-        for daemon, st in s["steady_state"].items():
+        for daemon, st in ((d, st) for per in s["steady_state"].values() for d, st in per.items()):
             lines.append(
-                f"| {daemon} | {','.join(map(str, st['processes_per_node']))} "
+                f"| {st['advert_interval']:g} s | {daemon} "
+                f"| {','.join(map(str, st['processes_per_node']))} "
                 f"| {_f(st['master_cpu_pct'], 2)} ({_f(st['master_cpu_pct_schedstat'], 3)}) "
                 f"| {_f(st['backup_cpu_pct'], 2)} ({_f(st['backup_cpu_pct_schedstat'], 3)}) "
                 f"| {_f(st['master_rss_mib'])} | {_f(st['backup_rss_mib'])} "
@@ -1141,7 +1209,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
             # node death: the backup waits Master_Down_Interval = 3×Adv + Skew at most;
             # SIGTERM: the master says goodbye (priority 0), so the backup waits Skew_Time.
             # The label goes on the side of the line away from the data.
-            if fault == "kill":
+            if fault in SILENT_FAULTS:
                 ref, label, va = bound_ms(advert), "3×Adv+Skew", "bottom"
             else:
                 ref, label, va = skew_ms(advert), "Skew_Time", "top"
@@ -1160,12 +1228,11 @@ def plot(doc: dict[str, Any], path: Path) -> None:
             ax.set_xlim(0.4, len(DAEMONS) + 0.6)
             ax.set_ylim(bottom=0, top=max([ref, *extra, *[v for d in data for v in d]]) * 1.15)
             ax.set_ylabel("client outage (ms)")
-            what = "node death (kill)" if fault == "kill" else "SIGTERM (term)"
-            ax.set_title(f"advert {advert:g} s — {what}", fontsize=10)
+            ax.set_title(f"advert {advert:g} s — {FAULT_TITLES[fault]}", fontsize=10)
             ax.grid(axis="y", alpha=0.3)
         plot_lateness(axes[i][len(FAULTS)], runs, advert, colors)
     fig.suptitle(
-        "Failover, 3 nodes, VRRPv3: client-observed outage (left, middle) and takeover "
+        "Failover, 3 nodes, VRRPv3: client-observed outage per fault (left) and takeover "
         "lateness on the wire (right)",
         fontsize=11,
     )
@@ -1219,7 +1286,7 @@ def plot_lateness(
     ax.set_ylabel("takeover lateness (ms)")
     ax.set_title(
         f"advert {advert:g} s — wire: first GARP − RFC wait\n"
-        "(kill: last advert + MDI; term: priority 0 + Skew)",
+        "(term: priority 0 + Skew; others: last advert + MDI)",
         fontsize=9,
     )
     ax.grid(axis="y", alpha=0.3)
@@ -1228,24 +1295,63 @@ def plot_lateness(
 # -- main -----------------------------------------------------------------------------------
 
 
-def schedule(adverts: Sequence[float], rounds: int) -> Iterator[ConfigRun]:
-    """Every (advert, fault) for both daemons; who goes first alternates per configuration."""
+def split_rounds(rounds: int, blocks: int) -> list[int]:
+    """``rounds`` as ``blocks`` near-equal positive parts (fewer blocks if rounds < blocks)."""
+    blocks = max(1, min(blocks, rounds))
+    return [rounds // blocks + (1 if b < rounds % blocks else 0) for b in range(blocks)]
+
+
+def schedule(adverts: Sequence[float], rounds: int, blocks: int = BLOCKS) -> Iterator[ConfigRun]:
+    """Every (advert, fault) for both daemons, interleaved: each daemon's rounds run in
+    ``blocks`` lab runs, and the order flips every block (vipd, keepalived, keepalived,
+    vipd, … and the mirror image for the next configuration), so drift in the machine's
+    load over a configuration hits both daemons alike."""
     order = 0
     for c, (advert, fault) in enumerate((a, f) for a in adverts for f in FAULTS):
-        pair = DAEMONS if c % 2 == 0 else DAEMONS[::-1]
-        for daemon in pair:
-            order += 1
-            yield ConfigRun(daemon=daemon, advert=advert, fault=fault, rounds=rounds, order=order)
+        for b, n in enumerate(split_rounds(rounds, blocks)):
+            pair = DAEMONS if (c + b) % 2 == 0 else DAEMONS[::-1]
+            for daemon in pair:
+                order += 1
+                yield ConfigRun(
+                    daemon=daemon,
+                    advert=advert,
+                    fault=fault,
+                    rounds=n,
+                    order=order,
+                    block=b + 1,
+                )
 
 
 def main(argv: list[str] | None = None) -> int:
+    global FAULTS  # --faults narrows the module's list, which the summaries iterate
     parser = argparse.ArgumentParser(
         prog="bench/failover.py",
         description="Failover benchmark: vipd vs keepalived in the network-namespace lab.",
     )
     parser.add_argument("--rounds", type=int, default=None, help="rounds per run (default 20)")
     parser.add_argument(
-        "--quick", action="store_true", help="smoke test: 3 rounds, advert 0.1 s only"
+        "--quick", action="store_true", help="smoke test: 3 rounds, adverts 0.1 s and 0.01 s"
+    )
+    parser.add_argument(
+        "--adverts",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="S",
+        help="advert intervals to run (default 1 0.1 0.01)",
+    )
+    parser.add_argument(
+        "--faults",
+        choices=FAULTS,
+        nargs="+",
+        default=None,
+        help=f"faults to run (default: {' '.join(FAULTS)})",
+    )
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=BLOCKS,
+        help=f"interleaved lab runs per daemon and configuration (default {BLOCKS})",
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="output dir")
     parser.add_argument(
@@ -1266,9 +1372,11 @@ def main(argv: list[str] | None = None) -> int:
     steady = args.steady_seconds
     if steady is None:
         steady = 5.0 if args.quick else 20.0
-    adverts = ADVERTS_QUICK if args.quick else ADVERTS_FULL
-    if rounds < 1 or steady < 0:
-        parser.error("--rounds must be ≥ 1 and --steady-seconds ≥ 0")
+    adverts = tuple(args.adverts) if args.adverts else ADVERTS_QUICK if args.quick else ADVERTS_FULL
+    if args.faults:
+        FAULTS = tuple(f for f in FAULTS if f in args.faults)
+    if rounds < 1 or steady < 0 or args.blocks < 1:
+        parser.error("--rounds and --blocks must be ≥ 1 and --steady-seconds ≥ 0")
     why = runner.preflight(Options(daemon="keepalived"))
     if why is None and shutil.which("tcpdump") is None:
         why = "tcpdump is not installed (the wire timings need it)"
@@ -1310,12 +1418,13 @@ def measure_all(
     t0 = time.monotonic()
     runs: list[ConfigRun] = []
     interrupted = False
-    plan = list(schedule(adverts, rounds))
+    plan = list(schedule(adverts, rounds, args.blocks))
     try:
         for i, cfg in enumerate(plan, 1):
             _log(f"[{i}/{len(plan)}] {cfg.daemon}, advert {cfg.advert:g} s, fault {cfg.fault}")
             runs.append(cfg)
-            run_config(cfg, tmp, steady if cfg.advert == STEADY_ADVERT else None)
+            sample = cfg.fault == "kill" and cfg.block == 1
+            run_config(cfg, tmp, steady if sample else None)
     except KeyboardInterrupt:
         interrupted = True
         _log("interrupted: writing what was measured so far")
@@ -1336,6 +1445,7 @@ def measure_all(
             "adverts": list(adverts),
             "faults": list(FAULTS),
             "rounds": rounds,
+            "blocks": args.blocks,
             "quick": args.quick,
             "steady_seconds": steady,
             "steady_settle_seconds": STEADY_SETTLE,

@@ -531,7 +531,6 @@ class VrrpInstance:
                     "interface is down: waiting for it before joining the election",
                     extra={"fields": {"interface": self.ifname}},
                 )
-            self._realtime()
             self.log.info(
                 "vrrp started",
                 extra={
@@ -554,6 +553,8 @@ class VrrpInstance:
             # in the middle of a takeover.
             gc.collect()
             gc.freeze()
+            # After the collection: a real-time process must not spend tens of ms in it.
+            self._realtime()
             stopper = loop.create_task(stop.wait(), name="stop-signal")
             waiters: set[asyncio.Future[Any]] = {stopper, self._fatal, worker}
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)

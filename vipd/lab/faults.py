@@ -10,6 +10,9 @@ What it is:
 - ``apidown``: the node's API server dies (the responder, which carries the stand-in API
   server's port and its HTTPS health endpoint, gets SIGKILL); the daemon and the link live
   on. Only meaningful with vipd's health checks on: the node must give the VIP away.
+- ``stop``: SIGSTOP to the daemon's whole process tree (a hung or descheduled leader: the
+  kernel keeps answering for the VIP it has bound, the daemon sends nothing); ``restore``
+  sends SIGCONT and the daemon resumes where it stopped, VIP still bound.
 - ``restore``: undo whichever of those was applied: eth0 up, responder and daemon started
   again if they are not running. A killed node comes back as a rebooted node would: the VIP
   it had bound when it died is removed first, since a reboot does not keep addresses. (A
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import os
 import signal
 import sys
 import time
@@ -38,12 +42,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from vipd.lab.daemons import Daemon
+from vipd.lab.daemons import Daemon, descendants
 from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, VIP6, Lab, LabError, Node, kill_netns_processes
 
-FaultName = Literal["kill", "term", "linkdown", "apidown"]
-FAULTS: tuple[FaultName, ...] = ("kill", "term", "linkdown", "apidown")
+FaultName = Literal["kill", "term", "linkdown", "apidown", "stop"]
+FAULTS: tuple[FaultName, ...] = ("kill", "term", "linkdown", "apidown", "stop")
 
 
 @dataclass
@@ -88,11 +92,27 @@ def apidown(lab: Lab, rig: NodeRig) -> None:
     rig.fault = "apidown"
 
 
+def _signal_tree(rig: NodeRig, sig: int) -> None:
+    if rig.daemon is None or rig.daemon.pid is None or not rig.daemon.running():
+        raise LabError(f"no running daemon on {rig.node.name} to signal")
+    # keepalived runs its VRRP instance in a child process: stop (or resume) all of them.
+    for pid in [rig.daemon.pid, *descendants(rig.daemon.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def stop(lab: Lab, rig: NodeRig) -> None:
+    """SIGSTOP the daemon's process tree; restore sends SIGCONT."""
+    _signal_tree(rig, signal.SIGSTOP)
+    rig.fault = "stop"
+
+
 INJECT: dict[FaultName, Callable[[Lab, NodeRig], None]] = {
     "kill": kill,
     "term": term,
     "linkdown": linkdown,
     "apidown": apidown,
+    "stop": stop,
 }
 
 
@@ -105,6 +125,8 @@ def restore(lab: Lab, rig: NodeRig, *, stop_timeout: float = 10.0) -> None:
     if rig.fault == "kill":
         for vip in (VIP4, VIP6):  # a rebooted node has no VIP bound
             drop_address(lab, rig.node, vip)
+    if rig.fault == "stop":
+        _signal_tree(rig, signal.SIGCONT)
     daemon = rig.daemon
     # After `term` the daemon may still be stepping down: let it finish (it is our child,
     # so waiting also reaps it), and only then start the new one.

@@ -100,7 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="kill",
         help="kill: node death (link down + SIGKILL all); term: SIGTERM the "
         "daemon; linkdown: eth0 down; apidown: the node's API server dies (turns on "
-        "--health) (default kill)",
+        "--health); stop: SIGSTOP the daemon until the failover, then SIGCONT "
+        "(default kill)",
     )
     parser.add_argument(
         "--health",
