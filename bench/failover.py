@@ -35,9 +35,10 @@ What it reports:
 - the client-observed outage of the second move, when the faulted node comes back and
   preempts (for ``stop``: the resumed node, VIP still bound, wins the client back);
 - steady-state cost at every advert interval (after the first ``kill`` block of each daemon),
-  sampled after the rounds with the prober stopped and the cluster converged: CPU (utime + stime from /proc/PID/stat over the window, and the
-  same at ns resolution from /proc/PID/schedstat, the daemon's whole process tree, in % of
-  one core) and VmRSS (summed over the tree), master and backups separately.
+  sampled after the rounds with the prober stopped and the cluster converged: CPU (utime +
+  stime from /proc/PID/stat over the window, and the same at ns resolution from
+  /proc/PID/schedstat, the daemon's whole process tree, in % of one core) and VmRSS
+  (summed over the tree), master and backups separately.
 
 It writes ``failover.json`` (every round's raw numbers, every takeover line, every sample,
 the environment and the command line, every round's wire timeline and the capture's clock

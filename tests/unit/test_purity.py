@@ -21,6 +21,7 @@ PURE = [
     "health/tracker.py",
     "health/gate.py",
     "health/http.py",
+    "lab/timeline.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
 
