@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
-from vipd import __version__, metrics, sdnotify
+from vipd import __version__, metrics, sched, sdnotify
 from vipd import log as vlog
-from vipd import sched
 from vipd.actuators.address import AddressActuator
 from vipd.actuators.announce import Announcer
 from vipd.config import Config
