@@ -36,7 +36,7 @@ from vipd.config import Config
 from vipd.controller import Controller, GarpPolicy
 from vipd.health import gate
 from vipd.health.checker import HealthChecker
-from vipd.health.tracker import BackendHealth
+from vipd.health.tracker import BackendHealth, Outcome
 from vipd.httpd import Endpoint
 from vipd.ipvs.plan import Service, ServiceKey
 from vipd.ipvs.reconciler import IpvsReconciler, IpvsSpec
@@ -401,9 +401,28 @@ class VrrpInstance:
         return True, "ready"
 
     def _status_backends(self) -> list[dict[str, Any]]:
-        """The ``backends`` of /status and `vipd status`: the health feature (issue 3) fills
-        this with one entry per API-server backend: {"name", "address", "healthy", "detail"}."""
-        return []
+        """The ``backends`` of /status and `vipd status`: every health-check target (the
+        local API server first, then the IPVS backends) with its health and last check."""
+        if self.health is None:
+            return []
+        local = self.health.local
+        out: list[dict[str, Any]] = []
+        snap = self.health.snapshot()
+        for addr in sorted(snap, key=lambda a: (a != local, a.version, int(a))):
+            h = snap[addr]
+            detail = h.error or (f"HTTP {h.status}" if h.status is not None else "not checked yet")
+            out.append(
+                {
+                    "name": "local" if addr == local else "backend",
+                    "address": str(addr),
+                    "url": self.health.url(addr),
+                    "healthy": h.healthy,
+                    "detail": detail,
+                    "checks": h.checks,
+                    "last_check_ms": None if h.duration is None else round(h.duration * 1e3, 3),
+                }
+            )
+        return out
 
     def status(self, now: float) -> dict[str, Any]:
         """The /status document (see vipd.status for its shape); built on the loop."""
@@ -592,7 +611,12 @@ class VrrpInstance:
             h,
             lambda addr, s: self._guarded(self._on_health, addr, s),
             log=self.log,
+            on_check=self._count_health_check,
         )
+        for addr in self.health.targets():
+            metrics.HEALTH_BACKEND_HEALTHY.labels(
+                backend=str(addr), local=str(addr == h.local).lower()
+            ).set(0)
         if h.weight > 0:
             now = time.monotonic()
             self._apply(self.machine.set_priority(now, self._gated_priority(False)), now)
@@ -617,7 +641,15 @@ class VrrpInstance:
         assert self.cfg.health is not None
         return gate.effective_priority(self.vrrp.priority, self.cfg.health.weight, healthy)
 
+    def _count_health_check(self, addr: IPAddress, outcome: Outcome) -> None:
+        metrics.HEALTH_CHECKS.labels(backend=str(addr), result="ok" if outcome.ok else "fail").inc()
+        metrics.HEALTH_CHECK_DURATION.labels(backend=str(addr)).observe(outcome.duration)
+
     def _on_health(self, addr: IPAddress, health: BackendHealth) -> None:
+        local = self.cfg.health is not None and addr == self.cfg.health.local
+        metrics.HEALTH_BACKEND_HEALTHY.labels(backend=str(addr), local=str(local).lower()).set(
+            1 if health.healthy else 0
+        )
         if self.ipvs is not None:
             self.ipvs.on_health_change(addr, health)
         h = self.cfg.health

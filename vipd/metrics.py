@@ -309,7 +309,36 @@ INTERFACE_UP = Gauge(
 )
 
 # -- health (issue 3) -------------------------------------------------------------------------
-# API-server health per backend and check duration: defined here by the health feature.
+
+# Check durations: a healthy API server answers /readyz in milliseconds; the top buckets
+# reach the largest health.timeout (just under health.interval, up to 300 s).
+_HEALTH_CHECK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+HEALTH_BACKEND_HEALTHY = Gauge(
+    "vipd_health_backend_healthy",
+    "1 while the API server at this address is healthy by vipd's checks (rise consecutive "
+    "HTTP 200s), else 0; local=true is this node's own (it gates leadership), the others "
+    "are the IPVS backends. Every target starts at 0.",
+    ["backend", "local"],
+    registry=REGISTRY,
+)
+
+HEALTH_CHECKS = Counter(
+    "vipd_health_checks_total",
+    "Health checks done, by target and result (ok: HTTP 200; fail: anything else, the "
+    "reason is in the log and in vipd status). Rises by 1/health.interval per target.",
+    ["backend", "result"],
+    registry=REGISTRY,
+)
+
+HEALTH_CHECK_DURATION = Histogram(
+    "vipd_health_check_duration_seconds",
+    "How long one health check took (connect, TLS handshake, status line), by target. "
+    "Milliseconds are normal; near health.timeout the API server is struggling.",
+    ["backend"],
+    buckets=_HEALTH_CHECK_BUCKETS,
+    registry=REGISTRY,
+)
 
 # -- IPVS (issue 3) ---------------------------------------------------------------------------
 
