@@ -108,6 +108,7 @@ class Plan:
     listen_port: int
     stop_deadline_s: float
     dropped_node: str | None  # `node` from the file, which the manifests must not carry
+    host_files: tuple[str, ...] = ()  # files the config names on the node (health.ca_file)
 
 
 # -- from the config -------------------------------------------------------------------------
@@ -139,7 +140,15 @@ def plan(data: object) -> Plan:
         listen_port=port,
         stop_deadline_s=_stop_deadline(cfg),
         dropped_node=str(dropped) if dropped is not None else None,
+        host_files=_host_files(cfg),
     )
+
+
+def _host_files(cfg: config.Config) -> tuple[str, ...]:
+    """Files on the node the config refers to: the pods mount each at the same path."""
+    health = getattr(cfg, "health", None)
+    ca_file = getattr(health, "ca_file", None)
+    return (ca_file,) if isinstance(ca_file, str) else ()
 
 
 def _validate(raw: Mapping[str, Any], lease: bool) -> config.Config:
@@ -275,11 +284,22 @@ def _vipd_container(p: Plan, opts: Options, *, in_cluster: bool) -> dict[str, An
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
         "securityContext": _security_context(caps=True),
     }
+    mounts = [
+        {"name": f"host-file-{i}", "mountPath": path, "readOnly": True}
+        for i, path in enumerate(p.host_files)
+    ]
     if p.lease is not None and not in_cluster:
-        container["volumeMounts"] = [
-            {"name": "kubeconfig", "mountPath": KUBECONFIG_IN_POD, "readOnly": True}
-        ]
+        mounts.append({"name": "kubeconfig", "mountPath": KUBECONFIG_IN_POD, "readOnly": True})
+    if mounts:
+        container["volumeMounts"] = mounts
     return container
+
+
+def _host_file_volumes(p: Plan) -> list[dict[str, Any]]:
+    return [
+        {"name": f"host-file-{i}", "hostPath": {"path": path, "type": "File"}}
+        for i, path in enumerate(p.host_files)
+    ]
 
 
 def _pod_config_for_static(p: Plan) -> Plan:
@@ -322,15 +342,19 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "containers": [_vipd_container(sp, opts, in_cluster=False)],
     }
+    volumes = _host_file_volumes(p)
+    if volumes:
+        spec["volumes"] = volumes
     if p.lease is not None:
         spec["volumes"] = [
+            *volumes,
             {
                 "name": "kubeconfig",
                 "hostPath": {
                     "path": SUPER_ADMIN_CONF if opts.super_admin else ADMIN_CONF,
                     "type": "File",
                 },
-            }
+            },
         ]
     return {
         "apiVersion": "v1",
@@ -386,7 +410,8 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         "initContainers": [pull, adopt],
         "containers": [_vipd_container(dp, opts, in_cluster=p.lease is not None)],
         "volumes": [
-            {"name": "manifests", "hostPath": {"path": MANIFESTS_DIR, "type": "Directory"}}
+            {"name": "manifests", "hostPath": {"path": MANIFESTS_DIR, "type": "Directory"}},
+            *_host_file_volumes(p),
         ],
     }
     if p.lease is not None:

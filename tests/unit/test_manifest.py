@@ -194,8 +194,9 @@ def test_lease_static_pod_mounts_admin_conf_or_super_admin_conf() -> None:
     text = (MANIFESTS / "lease/pod-super-admin.yaml").read_text()
     assert "s#/etc/kubernetes/super-admin.conf#/etc/kubernetes/admin.conf#" in text
     # VRRP mode reads no kubeconfig at all.
-    assert "volumes" not in pod_spec(one("vrrp/pod.yaml"))
-    assert "volumeMounts" not in main_container(one("vrrp/pod.yaml"))
+    vrrp = one("vrrp/pod.yaml")
+    assert all(v["name"] != "kubeconfig" for v in pod_spec(vrrp).get("volumes", []))
+    assert all(m["name"] != "kubeconfig" for m in main_container(vrrp).get("volumeMounts", []))
 
 
 def test_rbac_may_only_get_and_update_its_own_lease_and_create_one() -> None:
@@ -281,3 +282,19 @@ def test_vipd_reads_the_config_from_the_environment_as_the_pods_do() -> None:
     # The embedded config itself is valid (the host check may still fail here: no 10.0.0.0/24).
     data = config.read_text(env(c)["VIPD_CONFIG"], "$VIPD_CONFIG")
     assert config.parse(data, env={"NODE_NAME": "cp-2"}).node == "cp-2"
+
+
+def test_files_the_config_names_are_mounted_from_the_node_in_both_pods() -> None:
+    want_mount = {
+        "name": "host-file-0",
+        "mountPath": "/etc/kubernetes/pki/ca.crt",
+        "readOnly": True,
+    }
+    want_volume = {
+        "name": "host-file-0",
+        "hostPath": {"path": "/etc/kubernetes/pki/ca.crt", "type": "File"},
+    }
+    for name in ("vrrp/pod.yaml", "vrrp/daemonset.yaml"):
+        obj = one(name)
+        assert main_container(obj)["volumeMounts"] == [want_mount], name
+        assert want_volume in pod_spec(obj)["volumes"], name
