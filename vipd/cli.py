@@ -176,6 +176,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
         static_manifest=args.static_manifest,
         adopt_timeout=args.adopt_timeout,
         super_admin=args.super_admin,
+        node_label=args.node_label,
     )
     try:
         with open(args.config, encoding="utf-8") as f:
@@ -273,6 +274,12 @@ def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
         action="store_true",
         help="Lease mode, static pod on the `kubeadm init` node of Kubernetes >= 1.29: mount "
         "super-admin.conf (switch back to admin.conf after init)",
+    )
+    p_man.add_argument(
+        "--node-label",
+        metavar="KEY",
+        help="DaemonSet: run only on control-plane nodes that also have this label, so the "
+        "first apply hands over one node at a time as you label them (leader last)",
     )
     p_man.set_defaults(func=cmd_manifest)
 

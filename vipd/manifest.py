@@ -86,6 +86,9 @@ class Options:
     static_manifest: str = DEFAULT_STATIC_MANIFEST  # the static pod's file on each node
     adopt_timeout: float = DEFAULT_ADOPT_TIMEOUT
     super_admin: bool = False  # static pod on the `kubeadm init` node, Kubernetes >= 1.29
+    # DaemonSet only on nodes that also carry this label: the first apply then replaces the
+    # static pods one node at a time, as the nodes are labelled (leader last).
+    node_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,9 +402,7 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": CONTROL_PLANE_LABEL, "operator": "Exists"}]}
-                    ]
+                    "nodeSelectorTerms": [{"matchExpressions": _node_match(opts)}]
                 }
             }
         },
@@ -431,6 +432,13 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
             "template": {"metadata": {"labels": labels}, "spec": spec},
         },
     }
+
+
+def _node_match(opts: Options) -> list[dict[str, str]]:
+    exprs = [{"key": CONTROL_PLANE_LABEL, "operator": "Exists"}]
+    if opts.node_label:
+        exprs.append({"key": opts.node_label, "operator": "Exists"})
+    return exprs
 
 
 def _host_for_url(host: str) -> str:

@@ -298,3 +298,17 @@ def test_files_the_config_names_are_mounted_from_the_node_in_both_pods() -> None
         obj = one(name)
         assert main_container(obj)["volumeMounts"] == [want_mount], name
         assert want_volume in pod_spec(obj)["volumes"], name
+
+
+def test_node_label_gates_the_daemonset_for_a_first_roll_one_node_at_a_time() -> None:
+    out = vipd("manifest", "daemonset", "--node-label", "vipd.example/handover", "--config",
+               "vipd.yaml")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (term,) = pod_spec(docs(out.stdout)[0])["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+        {"key": "vipd.example/handover", "operator": "Exists"},
+    ]
+    kubernetes_validate.validate(docs(out.stdout)[0], K8S_VERSION, strict=True)
