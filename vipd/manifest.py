@@ -70,8 +70,8 @@ LEASE_DEFAULTS: Mapping[str, Any] = {
 # Added to vipd's own stop deadline for the grace period: Python's exit, the kubelet's
 # bookkeeping. Kubernetes' default grace period (30 s) is the floor.
 GRACE_MARGIN_S = 10
-# Lease mode's stop is one release request (an update of the Lease) under its own timeout.
-LEASE_STOP_S = 10.0
+# Lease mode's stop when the config's timers are not numbers the parser accepted.
+LEASE_STOP_S = 12.0
 MIN_GRACE_S = 30
 
 
@@ -141,7 +141,7 @@ def plan(data: object) -> Plan:
         lease=lease,
         listen_host=host,
         listen_port=port,
-        stop_deadline_s=_stop_deadline(cfg),
+        stop_deadline_s=_stop_deadline(cfg, election),
         dropped_node=str(dropped) if dropped is not None else None,
         host_files=_host_files(cfg),
     )
@@ -209,11 +209,18 @@ def _split_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", number
 
 
-def _stop_deadline(cfg: config.Config) -> float:
-    """vipd's longest graceful stop: the make-before-break wait of daemon.VrrpInstance."""
-    v = getattr(cfg.election, "vrrp", None)
-    if cfg.election.mode != "vrrp" or v is None:
+def _stop_deadline(cfg: config.Config, election: object) -> float:
+    """vipd's longest graceful stop. VRRP: the make-before-break wait of daemon.VrrpInstance.
+    Lease: the release (one request, bounded by the renew deadline) and then at most one
+    retry period waiting for the next holder."""
+    if cfg.election.mode != "vrrp":
+        sec = election.get("lease") if isinstance(election, Mapping) else None
+        sec = sec if isinstance(sec, Mapping) else {}
+        renew, retry = sec.get("renew_deadline", 10), sec.get("retry_period", 2)
+        if isinstance(renew, int | float) and isinstance(retry, int | float):
+            return float(renew + retry)
         return LEASE_STOP_S
+    v = cfg.election.vrrp
     return float(state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval)
 
 
