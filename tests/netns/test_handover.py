@@ -105,11 +105,13 @@ def test_roll_from_static_pods_to_the_daemonset_leader_last(
     for k in kl.values():
         write_manifest(k.manifests / "vipd.yaml", static_text)
         k.start()
+    assert wait_for(lambda: all("vipd.yaml" in k.static for k in kl.values()), 10)
+    statics = {name: k.static["vipd.yaml"] for name, k in kl.items()}
+    # Every static vipd in the election (sd_notify READY=1; slow on a busy machine).
+    assert wait_for(lambda: all(p.ready() for p in statics.values()), 60), _logs(kl)
     assert wait_for(lambda: len(lab.holders(VIP4)) == 1, 15), _logs(kl)
     time.sleep(3 * MDI)  # let the election settle: nobody else is about to take over
     (leader,) = lab.holders(VIP4)
-    statics = {name: k.static["vipd.yaml"] for name, k in kl.items()}
-    assert all(p.ready() for p in statics.values()), _logs(kl)
 
     watch = AddressWatch(lab, VIP4)
     watch.start()
