@@ -19,6 +19,8 @@ Timing assertions are protocol bounds plus a margin for these shared machines.
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import subprocess
 import time
@@ -285,6 +287,27 @@ def test_a_lone_node_without_an_api_server_still_takes_the_vip(
     )
     assert g.holders() == ["n1"]
     assert n1.log_text().count("became active") == 1
+    # What it exports on :2112 says so too.
+    text = fetch(g.lab, "metrics")
+    assert 'vipd_health_backend_healthy{backend="127.0.0.1",local="true"} 1.0' in text, text
+    assert "vipd_vrrp_priority 200.0" in text
+    for result, least in (("ok", 1), ("fail", 2)):
+        m = re.search(
+            rf'vipd_health_checks_total{{backend="127.0.0.1",result="{result}"}} (\S+)', text
+        )
+        assert m and float(m.group(1)) >= least, (result, text)
+    (local,) = json.loads(fetch(g.lab, "status"))["backends"]
+    assert local["name"] == "local" and local["healthy"] is True, local
+    assert local["url"] == "https://127.0.0.1:6444/readyz"
+
+
+def fetch(lab: Lab, path: str) -> str:
+    """GET http://127.0.0.1:2112/<path> inside n1 (vipd's metrics endpoint)."""
+    code = (
+        "import urllib.request as u; "
+        f"print(u.urlopen('http://127.0.0.1:2112/{path}', timeout=5).read().decode())"
+    )
+    return lab.exec(lab.nodes[0].ns, ["python3", "-c", code]).stdout
 
 
 def test_an_unhealthy_joiner_with_a_higher_priority_does_not_preempt(
