@@ -52,10 +52,15 @@ class Cluster:
         return self.lab.holders(self.spec.vip)
 
     def converge(self, expected: str, timeout: float = 5.0) -> None:
+        """Wait until the VIP is on ``expected`` alone and every started daemon has a state:
+        a slow start (imports on a loaded machine) must not read as "not a backup"."""
         took = wait_for(lambda: self.holders() == [expected], timeout)
         assert took is not None, (
             f"VIP on {self.holders()}, expected only {expected}\n" + self.logs()
         )
+        running = [d for d in self.daemons.values() if d.proc is not None]
+        took = wait_for(lambda: all(d.state() is not None for d in running), timeout)
+        assert took is not None, "a daemon never reported a state\n" + self.logs()
 
     def ask(self, timeout: float = 1.0) -> str:
         """Connect to VIP:6443 from the client namespace; returns who answered, or ''."""
