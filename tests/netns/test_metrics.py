@@ -646,3 +646,64 @@ def test_health_metrics_and_status_follow_the_local_api_server(
     finally:
         for d in daemons.values():
             d.stop(signal.SIGTERM, timeout=10.0)
+
+
+# -- structured logs -------------------------------------------------------------------------
+
+
+def test_json_logs_say_why_with_the_numbers_and_match_the_metrics(
+    make_lab: Callable[..., Lab],
+) -> None:
+    """Two nodes log JSON (VIPD_LOG_FORMAT=json); the leader dies. The takeover's lines carry
+    the reason and the numbers behind it, and the transitions they log are the ones counted
+    in vipd_role_transitions_total."""
+    lab = make_lab(2)
+    spec = VrrpSpec(vip=VIP4, advert_interval=0.1)
+    daemons = {n.name: make_daemon("vipd", lab, n, spec) for n in lab.nodes}
+    for name, d in daemons.items():
+        env = python_env({"NODE_NAME": name, "VIPD_LOG_FORMAT": "json"})
+        d._env = lambda env=env: env  # type: ignore[method-assign,misc]
+        d.start()
+    try:
+        assert wait_for(lambda: lab.holders(VIP4) == ["n1"], 15), lab.holders(VIP4)
+        assert wait_for(lambda: node_get(lab, "n2", "/readyz")[0] == 200, 10)
+
+        def received() -> float:
+            text = node_get(lab, "n2", "/metrics")[1]
+            return sample(text, "vipd_vrrp_adverts_received_total") or 0
+
+        # n2 follows n1 for a few adverts (not just the one that preempted it at start).
+        start = received()
+        assert wait_for(lambda: received() >= start + 3, 10)
+        before = node_get(lab, "n2", "/metrics")[1]
+        faults.kill(lab, faults.NodeRig(lab.node("n1"), daemons["n1"]))
+        assert wait_for(lambda: lab.holders(VIP4) == ["n2"], spec.master_down_interval(150) + 10)
+        assert wait_for(lambda: sample(node_get(lab, "n2", "/metrics")[1], "vipd_role",
+                                       'backend="vrrp",role="leader"') == 1, 5)  # fmt: skip
+        after = node_get(lab, "n2", "/metrics")[1]
+        lines = [ln for ln in daemons["n2"].log_text().splitlines() if not ln.startswith("===")]
+        events = [json.loads(ln) for ln in lines]  # every line is one JSON object
+        assert all({"ts", "level", "msg"} <= set(e) for e in events)
+        takeovers = [
+            e
+            for e in events
+            if e["msg"] == "became active" and e["reason"].startswith("master-down")
+        ]
+        last = takeovers[-1]
+        n1_addr = lab.node("n1").ipv4
+        assert last["reason"].startswith(f"master-down: last advert from {n1_addr} (prio 200")
+        assert "MDI" in last["reason"] and "skew" in last["reason"]
+        assert last["priority"] == 150 and last["master_priority"] == 150
+        assert last["master"] == lab.node("n2").ipv4
+        assert last["master_adver_interval_s"] == 0.1
+        assert last["master_down_interval_s"] == pytest.approx(spec.master_down_interval(150))
+        bound = [e for e in events if e["msg"] == "VIP bound and announced"][-1]
+        assert bound["decision_to_bound_ms"] >= 0 and bound["decision_to_garp_ms"] >= 0
+        # Every logged master-down takeover is counted, and only those.
+        key = 'backend="vrrp",reason="master-down",role="leader"'
+        counted = sample(after, "vipd_role_transitions_total", key)
+        assert counted == len(takeovers)
+        assert counted - (sample(before, "vipd_role_transitions_total", key) or 0) == 1
+    finally:
+        for d in daemons.values():
+            d.stop(signal.SIGTERM, timeout=10.0)
