@@ -249,6 +249,10 @@ def test_node_death_peer_takes_over_within_duration_plus_retry(
     assert t_new >= last + D - 0.05, (t_new - last, c.logs())
     assert t_new - last <= D + P + MARGIN, (t_new - last, c.logs())
     assert wait_for(lambda: [h for h in c.holders() if h != old] == [new], 5) is not None
+    # GARP at once: the VIP is bound and the first frame sent in the call that decides.
+    assert re.search(
+        r'msg="VIP bound and announced".*decision_to_garp_ms=', c.daemons[new].log_text()
+    )
     rec = c.emu.store.get(NS, NAME)
     assert rec is not None and rec["spec"]["holderIdentity"] == new
     assert rec["spec"]["leaseTransitions"] >= 1

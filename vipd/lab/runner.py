@@ -572,6 +572,11 @@ def execute(opts: Options) -> dict[str, Any]:
                 emulator.stop()
             if keep:
                 _print_keep(lab)
+                if emulator is not None:
+                    _log(
+                        "note: the Lease API emulator ran inside this lab process and stopped "
+                        "with it; the kept vipd nodes now fail to reach it"
+                    )
             else:
                 lab.keep_workdir = lab.keep_workdir or failed
                 lab.teardown()
