@@ -67,6 +67,8 @@ EXIT_CRASH = 1
 MAX_SLEEP = 0.25
 # How often a stopping leader reads the Lease while it waits for its successor.
 HANDOVER_POLL = 0.05
+# How long a stopping node keeps the VIP after it read its successor in the Lease.
+SUCCESSOR_GRACE = 0.1
 
 
 @dataclass(frozen=True)
@@ -712,6 +714,9 @@ class LeaseInstance:
             except TimeoutError:
                 outcome = logic.Unreachable("timed out")
             if isinstance(outcome, logic.Ok) and outcome.record.holder not in (None, self.cfg.node):
+                # The write is visible here a moment before the winner has its answer and
+                # binds the VIP: give it that moment, so clients never find nobody.
+                await asyncio.sleep(SUCCESSOR_GRACE)
                 self.log.info(
                     "new holder seen: releasing the VIP",
                     extra={
