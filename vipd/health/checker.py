@@ -279,9 +279,10 @@ class HealthChecker:
             error = _describe(exc)
         finally:
             if writer is not None:
-                # Never wait for the peer here: abort (RST) after a failure, and after a
-                # success a plain close (its TLS close_notify is not waited for).
-                if error is None:
+                # Never wait for the peer here: abort (RST) after a failure or a cancel
+                # (stop()), and after an answer a plain close (its TLS close_notify is not
+                # waited for).
+                if error is None and status is not None:
                     writer.close()
                 else:
                     writer.transport.abort()
