@@ -651,6 +651,10 @@ class LeaseInstance:
         was_leader = self.elector.leader
         if self.api is not None and was_leader:
             timeout = max(0.2, min(self.lease.renew_deadline * 0.5, 5.0))
+            # From here on this node does not lead (it will never renew again), whatever the
+            # release's fate; the VIP stays, quiet, until the successor shows up
+            # (make-before-break).
+            self._transition("follower", "stopping: releasing the Lease")
             actions = self.elector.release(time.monotonic(), timeout)
             released = False
             for a in actions:
@@ -664,9 +668,7 @@ class LeaseInstance:
                         outcome = logic.Unreachable("timed out")
                     released = isinstance(outcome, logic.Ok)
                     if released:
-                        # From here on this node does not lead; the VIP stays (quiet) until
-                        # the successor shows up (make-before-break).
-                        self._transition("follower", "released the Lease: stopping")
+                        self.log.info("released the Lease", extra={"fields": {"outcome": "ok"}})
                     else:
                         self.log.warning(
                             "could not release the Lease: peers wait for it to expire",
