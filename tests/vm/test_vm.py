@@ -39,7 +39,7 @@ def vm_problem() -> str | None:
     return None
 
 
-def run_in_guest(command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_in_guest(command: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     """Run ``command`` (a shell line, cwd = this checkout) as root in a fresh guest."""
     with tempfile.NamedTemporaryFile(
         "w", prefix="vipd-vm-", suffix=".sh", dir="/tmp", delete=False
@@ -68,6 +68,11 @@ def test_ipvs_in_a_real_kernel() -> None:
         pytest.skip(problem)
     python = Path(sys.executable)
     done = run_in_guest(f"exec {python} -m pytest -q -p no:cacheprovider -rfEs tests/vm/guest")
-    print(done.stdout[-20000:], done.stderr[-5000:])
-    assert done.returncode == 0, f"guest pytest exit {done.returncode}:\n{done.stdout[-6000:]}"
+    log = Path(tempfile.gettempdir()) / f"vipd-vm-{os.getpid()}.log"
+    log.write_text(done.stdout + done.stderr)
+    print(f"guest output: {log}\n", done.stdout[-20000:], done.stderr[-5000:])
+    summary = [x for x in done.stdout.splitlines() if x.startswith(("FAILED", "ERROR"))]
+    assert done.returncode == 0, (
+        f"guest pytest exit {done.returncode} (full output: {log}): {summary}"
+    )
     assert " passed" in done.stdout and "skipped" not in done.stdout

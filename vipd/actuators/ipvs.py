@@ -235,7 +235,7 @@ class Masquerade:
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         return subprocess.run(
-            argv, input=stdin, capture_output=True, text=True, check=False, timeout=10
+            argv, input=stdin, capture_output=True, text=True, check=False, timeout=30
         )
 
     def ruleset(self) -> str:

@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
@@ -50,6 +51,9 @@ from vipd.ipvs.plan import (
 )
 
 IPAddress = IPv4Address | IPv6Address
+# Seconds between checks that the NAT rule is still there while leading (it is only missing
+# if removed by hand): spawning nft on every pass would slow the passes that health drives.
+NAT_RECHECK = 10.0
 
 
 class HealthView(Protocol):
@@ -137,6 +141,12 @@ class IpvsReconciler:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vipd-ipvs")
+        # The NAT rule has its own thread: nft is a process spawn (slow on a loaded host), and
+        # a pass that a health transition starts must not wait behind it.
+        self._nat_executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="vipd-ipvs-nat"
+        )
+        self._nat_future: asyncio.Future[None] | None = None
         # Created on the worker thread at first use: pyroute2's socket stays on one thread.
         self._actuator: Actuator | None = None
         self._factory = actuator or (lambda: IpvsActuator(spec.service.key, spec.forwarding, netns))
@@ -144,6 +154,7 @@ class IpvsReconciler:
             nat = Masquerade(spec.service.key, netns)
         self._nat = nat
         self._nat_installed: bool | None = None  # None: unknown, look at the host
+        self._nat_checked = 0.0  # time.monotonic() of the last look at the NAT rule
         for state in metrics.IPVS_STATES:
             metrics.IPVS_REAL_SERVERS.labels(state=state).set(0)
         for op in metrics.IPVS_OPS:
@@ -187,6 +198,7 @@ class IpvsReconciler:
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(self._executor, self._pass, leader, healthy)
+            self._schedule_nat(loop, leader)
         except Exception as exc:
             self.stats.reconcile_errors += 1
             metrics.RECONCILE_ERRORS.labels(actuator="ipvs").inc()
@@ -246,14 +258,41 @@ class IpvsReconciler:
         )
         ops = plan(observed, want)
         act.apply(ops)
-        self._converge_nat(leader)
         servers = tuple(sorted(s.addr for s in want.servers)) if want else ()
         return PassResult(tuple(ops), pool, servers, want is not None)
+
+    def _schedule_nat(self, loop: asyncio.AbstractEventLoop, leader: bool) -> None:
+        """Converge the NAT rule on its thread unless a convergence is still running (the
+        next pass schedules one again, with the role of that moment)."""
+        if self._nat is None or (self._nat_future is not None and not self._nat_future.done()):
+            return
+        self._nat_future = loop.run_in_executor(self._nat_executor, self._converge_nat, leader)
+        self._nat_future.add_done_callback(lambda fut: self._nat_done(fut, leader))
+
+    def _nat_done(self, fut: asyncio.Future[None], leader: bool) -> None:
+        if leader != self.leader:
+            self._poke()  # the role changed while nft ran: converge again now, not at resync
+        if not fut.cancelled() and (exc := fut.exception()) is not None:
+            self.stats.reconcile_errors += 1
+            metrics.RECONCILE_ERRORS.labels(actuator="ipvs").inc()
+            self._nat_installed = None  # unknown: look again next time
+            self.log.error(
+                "reconcile failed", extra={"fields": {"actuator": "ipvs-nat", "error": exc}}
+            )
+
+    async def settle_nat(self) -> None:
+        """Wait for the NAT convergence in flight, if any (tests and shutdown)."""
+        if self._nat_future is not None:
+            await asyncio.gather(self._nat_future, return_exceptions=True)
 
     def _converge_nat(self, leader: bool) -> None:
         if self._nat is None:
             return
         if leader:
+            now = time.monotonic()
+            if self._nat_installed and now - self._nat_checked < NAT_RECHECK:
+                return  # nft is a process spawn: not on every pass of a health change
+            self._nat_checked = now
             if self._nat.ensure():
                 self.log.info(
                     "ipvs source NAT installed",
@@ -266,17 +305,21 @@ class IpvsReconciler:
             self._nat_installed = False
 
     def _release(self) -> bool:
-        removed = self._act().remove()
+        return self._act().remove()
+
+    def _release_nat(self) -> None:
         if self._nat is not None and self._nat.remove():
             self.log.info("ipvs source NAT removed", extra={"fields": {"table": "vipd_ipvs"}})
         self._nat_installed = False
-        return removed
 
     async def release(self) -> None:
         """Remove the service and the NAT rule now (stop and crash paths), then close."""
         self.leader = False
         loop = asyncio.get_running_loop()
+        nat: asyncio.Future[None] | None = None
         try:
+            await self.settle_nat()
+            nat = loop.run_in_executor(self._nat_executor, self._release_nat)
             if await loop.run_in_executor(self._executor, self._release):
                 self.stats.services_removed += 1
                 metrics.IPVS_CHANGES.labels(op="remove_service").inc()
@@ -287,9 +330,13 @@ class IpvsReconciler:
                     "ipvs service removed",
                     extra={"fields": {"service": self.spec.service.key, "reason": "stopping"}},
                 )
+            await nat
         finally:
+            if nat is not None:
+                await asyncio.gather(nat, return_exceptions=True)
             await loop.run_in_executor(self._executor, self._close)
             self._executor.shutdown(wait=False)
+            self._nat_executor.shutdown(wait=False)
 
     def _close(self) -> None:
         if self._actuator is not None:

@@ -40,6 +40,36 @@ PORT = 6443
 log = logging.getLogger("vipd-guest")
 
 
+def ns_socket(ns: str, family: int, kind: int) -> socket.socket:
+    """A socket created inside network namespace ``ns``: setns(2) in a short-lived thread
+    (it changes only that thread's namespace; the socket keeps it). pyroute2's
+    netns.create_socket forks a helper with a timeout, which a loaded emulated guest misses."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    result: list[socket.socket | BaseException] = []
+
+    def make() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+            try:
+                if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                    raise OSError(ctypes.get_errno(), f"setns {ns}")
+            finally:
+                os.close(fd)
+            result.append(socket.socket(family, kind))
+        except BaseException as exc:
+            result.append(exc)
+
+    t = threading.Thread(target=make)
+    t.start()
+    t.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
 def sh(*argv: str, check: bool = True) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if check and done.returncode != 0:
@@ -51,8 +81,6 @@ class Backend:
     """One HTTPS "API server" in its namespace; ``failing`` makes /readyz answer 503."""
 
     def __init__(self, name: str, addr: IPv4Address, ctx: ssl.SSLContext) -> None:
-        from pyroute2 import netns
-
         self.name, self.addr = name, addr
         self.failing = False
         backend = self
@@ -74,7 +102,7 @@ class Backend:
 
         server = http.server.ThreadingHTTPServer(("", PORT), Handler, bind_and_activate=False)
         server.socket.close()
-        sock = netns.create_socket(name, socket.AF_INET, socket.SOCK_STREAM)
+        sock = ns_socket(name, socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("0.0.0.0", PORT))
         sock.listen(64)
@@ -116,14 +144,12 @@ class Net:
             self.backends[name] = Backend(name, addr, ctx)
         return self
 
-    def get_name(self, timeout: float = 5.0) -> str:
+    def get_name(self, timeout: float = 20.0) -> str:
         """One HTTPS request from the client namespace to VIP:6443; the backend's name."""
-        from pyroute2 import netns
-
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-        raw = netns.create_socket("c", socket.AF_INET, socket.SOCK_STREAM)
+        raw = ns_socket("c", socket.AF_INET, socket.SOCK_STREAM)
         raw.settimeout(timeout)
         with contextlib.closing(raw):
             raw.connect((str(VIP), PORT))
@@ -140,6 +166,7 @@ class Director:
     thread, so the test can act on the network while they run)."""
 
     def __init__(self, params: Health, forwarding: Forwarding = "nat", resync: float = 0.5) -> None:
+        self.transitions: list[tuple[float, Any, bool]] = []
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -153,8 +180,9 @@ class Director:
 
         self.call(start())
 
-    def _changed(self, *args: Any) -> None:
-        self.rec.on_health_change(*args)
+    def _changed(self, addr: Any, health: Any) -> None:
+        self.transitions.append((time.monotonic(), addr, bool(health.healthy)))
+        self.rec.on_health_change(addr, health)
 
     def call(self, coro: Any) -> Any:
         fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)

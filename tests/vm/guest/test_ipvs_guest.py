@@ -20,8 +20,10 @@ import pytest
 from tests.vm.guest.ipvs_net import BACKENDS, PORT, VIP, Director, Net, ipvs_table, sh, wait_for
 from vipd.config import Health
 
-INTERVAL, TIMEOUT, RISE, FALL, RESYNC = 0.5, 0.4, 2, 2, 0.5
-MARGIN = 15.0  # TCG on two shared cores: seconds of slack, not part of the protocol
+# A TLS check under emulation takes 0.3 s on an idle 2-core host and several seconds on a
+# loaded one: the timeout must not make healthy backends flap.
+INTERVAL, TIMEOUT, RISE, FALL, RESYNC = 3.0, 2.8, 2, 2, 0.5
+MARGIN = 30.0  # TCG on two shared cores: seconds of slack, not part of the protocol
 LEAVE_BOUND = FALL * INTERVAL + TIMEOUT + INTERVAL + RESYNC + MARGIN
 JOIN_BOUND = RISE * INTERVAL + TIMEOUT + INTERVAL + RESYNC + MARGIN
 OURS = f"TCP {VIP}:{PORT}"
@@ -35,15 +37,6 @@ def servers() -> set[str]:
 
 def nat_table() -> bool:
     return "vipd_ipvs" in sh("nft", "list", "tables")
-
-
-@pytest.fixture(scope="module")
-def net() -> Iterator[Net]:
-    n = Net().build()
-    # someone else's service (kube-proxy's, say), with a real server: vipd must never touch it
-    sh("ipvsadm", "-A", "-t", "10.96.0.1:443", "-s", "rr")
-    sh("ipvsadm", "-a", "-t", "10.96.0.1:443", "-r", "10.88.0.11:6443", "-m")
-    yield n
 
 
 @pytest.fixture
@@ -98,7 +91,7 @@ def test_last_backend_is_never_removed(net: Net, director: Director) -> None:
         b.failing = True
     assert wait_for(lambda: len(servers()) == 1, LEAVE_BOUND) is not None
     # and it stays: several fall windows later there is still exactly one real server
-    assert wait_for(lambda: len(servers()) != 1, 3 * FALL * INTERVAL + 2) is None
+    assert wait_for(lambda: len(servers()) != 1, FALL * INTERVAL + 2) is None
     assert net.get_name() in BACKENDS  # the client is still served
     for b in net.backends.values():
         b.failing = False
