@@ -112,3 +112,24 @@ def test_targets_must_be_addresses() -> None:
     assert HealthChecker([ip_address("::1")], PARAMS).url(ip_address("::1")) == (
         "https://[::1]:6443/readyz"
     )
+
+
+def test_a_bug_in_a_check_counts_as_a_failure_and_the_loop_goes_on() -> None:
+    class Buggy(Scripted):
+        async def check(self, addr: Address, request: bytes | None = None) -> Outcome:
+            n = self.calls.get(addr, 0)
+            if n >= 2:
+                self.calls[addr] = n + 1
+                raise ValueError("a bug")
+            return await super().check(addr, request)
+
+    async def main() -> None:
+        hc = Buggy({LOCAL: [True]})
+        hc.start()
+        await until(lambda: hc.calls.get(LOCAL, 0) >= 5)
+        s = hc.snapshot()[LOCAL]
+        assert not s.healthy and s.error == "internal error: ValueError('a bug')"
+        hc.stop()
+        await hc.closed()
+
+    asyncio.run(main())

@@ -236,7 +236,14 @@ class HealthChecker:
             await asyncio.sleep(offset)
         next_at = loop.time()
         while True:
-            outcome = await self.check(target.addr, target.request)
+            try:
+                outcome = await self.check(target.addr, target.request)
+            except Exception as exc:
+                # check() catches what a network can do; anything else is a bug. It counts
+                # as a failed check (logged), so the target cannot freeze in its last state:
+                # a local API server stuck at "healthy" would never gate anything.
+                self.log.exception("health check failed unexpectedly")
+                outcome = Outcome(ok=False, error=f"internal error: {exc!r}")
             now = self.clock()
             changed = target.tracker.record(now, outcome)
             if self.on_check is not None:
