@@ -62,16 +62,9 @@ SUPER_ADMIN_CONF = "/etc/kubernetes/super-admin.conf"
 DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
 NAME = "vipd"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
-# Lease defaults (client-go's 15/10/2 s, kube-vip's since v1.1.0); names as in the config.
-LEASE_DEFAULTS: Mapping[str, Any] = {
-    "name": "vipd-cp-lock",
-    "namespace": "kube-system",
-}
 # Added to vipd's own stop deadline for the grace period: Python's exit, the kubelet's
 # bookkeeping. Kubernetes' default grace period (30 s) is the floor.
 GRACE_MARGIN_S = 10
-# Lease mode's stop when the config's timers are not numbers the parser accepted.
-LEASE_STOP_S = 12.0
 MIN_GRACE_S = 30
 
 
@@ -123,81 +116,29 @@ def plan(data: object) -> Plan:
     Raises `config.ConfigError` for an invalid config, `ManifestError` for one that cannot
     run in a pod.
     """
-    if not isinstance(data, Mapping):
-        data = {} if data is None else data
+    if data is None:
+        data = {}
     if not isinstance(data, Mapping):
         raise config.ConfigError("", "must be a mapping of keys to values")
     raw = dict(data)
     dropped = raw.pop("node", None)
-    election = raw.get("election") or {}
-    mode = str(election.get("mode", "vrrp")) if isinstance(election, Mapping) else "vrrp"
-    lease = _lease(election) if mode == "lease" else None
-    cfg = _validate(raw, lease is not None)
-    listen = _metrics_listen(cfg, raw)
-    host, port = _split_listen(listen)
+    # Validated as vipd will see it, with a stand-in identity (a pod's comes from NODE_NAME).
+    cfg = config.parse(raw, env={"NODE_NAME": "node-from-downward-api"}, hostname=None)
+    lease = None
+    if cfg.election.mode == "lease" and cfg.election.lease is not None:
+        lc = cfg.election.lease
+        lease = Lease(lc.name, lc.namespace, lc.kubeconfig)
+    host, port = _split_listen(cfg.metrics.listen)
     return Plan(
         config_text=yaml.safe_dump(raw, sort_keys=False, default_flow_style=False),
-        mode="lease" if mode == "lease" else "vrrp",
+        mode="lease" if lease is not None else "vrrp",
         lease=lease,
         listen_host=host,
         listen_port=port,
-        stop_deadline_s=_stop_deadline(cfg, election),
+        stop_deadline_s=_stop_deadline(cfg),
         dropped_node=str(dropped) if dropped is not None else None,
-        host_files=_host_files(cfg),
+        host_files=(cfg.health.ca_file,) if cfg.health and cfg.health.ca_file else (),
     )
-
-
-def _host_files(cfg: config.Config) -> tuple[str, ...]:
-    """Files on the node the config refers to: the pods mount each at the same path."""
-    health = getattr(cfg, "health", None)
-    ca_file = getattr(health, "ca_file", None)
-    return (ca_file,) if isinstance(ca_file, str) else ()
-
-
-def _validate(raw: Mapping[str, Any], lease: bool) -> config.Config:
-    """The config as vipd will see it, with a stand-in identity (a pod's comes from
-    NODE_NAME)."""
-    env = {"NODE_NAME": "node-from-downward-api"}
-    if lease and not hasattr(config, "Lease"):
-        # This vipd's config has no Lease section yet: everything but the election is
-        # checked by the real parser, the Lease's names by _lease().
-        stand_in = {**raw, "election": {"mode": "vrrp", "vrrp": {"vrid": 1}}}
-        return config.parse(stand_in, env=env, hostname=None)
-    return config.parse(raw, env=env, hostname=None)
-
-
-def _lease(election: Mapping[str, Any]) -> Lease:
-    sec = election.get("lease") or {}
-    if not isinstance(sec, Mapping):
-        raise ManifestError("election.lease: must be a mapping")
-    name = sec.get("name", LEASE_DEFAULTS["name"])
-    namespace = sec.get("namespace", LEASE_DEFAULTS["namespace"])
-    for key, value in (("name", name), ("namespace", namespace)):
-        if not isinstance(value, str) or not _dns1123(value, 253 if key == "name" else 63):
-            raise ManifestError(
-                f"election.lease.{key}: must be a Kubernetes object name (lower-case "
-                f"letters, digits, '-', '.'), got {value!r}"
-            )
-    kubeconfig = sec.get("kubeconfig")
-    return Lease(str(name), str(namespace), str(kubeconfig) if kubeconfig else None)
-
-
-def _dns1123(value: str, limit: int) -> bool:
-    if not 1 <= len(value) <= limit:
-        return False
-    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
-    return set(value) <= allowed and value[0].isalnum() and value[-1].isalnum()
-
-
-def _metrics_listen(cfg: config.Config, raw: Mapping[str, Any]) -> str:
-    metrics = getattr(cfg, "metrics", None)
-    listen = getattr(metrics, "listen", None)
-    if isinstance(listen, str):
-        return listen
-    sec = raw.get("metrics")
-    if isinstance(sec, Mapping) and isinstance(sec.get("listen"), str):
-        return str(sec["listen"])
-    return DEFAULT_METRICS_LISTEN
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -209,17 +150,13 @@ def _split_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", number
 
 
-def _stop_deadline(cfg: config.Config, election: object) -> float:
+def _stop_deadline(cfg: config.Config) -> float:
     """vipd's longest graceful stop. VRRP: the make-before-break wait of daemon.VrrpInstance.
     Lease: the release (one request, bounded by the renew deadline) and then at most one
     retry period waiting for the next holder."""
-    if cfg.election.mode != "vrrp":
-        sec = election.get("lease") if isinstance(election, Mapping) else None
-        sec = sec if isinstance(sec, Mapping) else {}
-        renew, retry = sec.get("renew_deadline", 10), sec.get("retry_period", 2)
-        if isinstance(renew, int | float) and isinstance(retry, int | float):
-            return float(renew + retry)
-        return LEASE_STOP_S
+    lease = cfg.election.lease
+    if cfg.election.mode == "lease" and lease is not None:
+        return float(lease.renew_deadline + lease.retry_period)
     v = cfg.election.vrrp
     return float(state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval)
 
