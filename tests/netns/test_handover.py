@@ -205,6 +205,15 @@ def test_roll_from_static_pods_to_the_daemonset_leader_last(
     assert all(not (k.manifests / "vipd.yaml").exists() for k in kl.values())
     assert all(p.ready() for p in ds_pods.values()), _logs(kl)
     assert lab.holders(VIP4) == [outage.final]
+    # The DaemonSet's probes, as the kubelet would send them (rendered path and port).
+    (c,) = daemonset["spec"]["template"]["spec"]["containers"]
+    for node in lab.nodes:
+        for probe in ("livenessProbe", "readinessProbe"):
+            get = c[probe]["httpGet"]
+            url = f"http://{node.ipv4}:{get['port']}{get['path']}"
+            code = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=5).status)"
+            out = lab.exec(node.ns, [sys.executable, "-c", code], check=False)
+            assert out.stdout.strip() == "200", f"{node.name} {url}: {out.stdout}{out.stderr}"
     adopt_log = ds_pods[leader].containers[1].log_text()
     assert "removed the static manifest" in adopt_log and "is free after" in adopt_log
 
