@@ -73,6 +73,7 @@ __all__ = [
     "Garp",
     "Health",
     "Ipvs",
+    "IpvsDiscovery",
     "Lease",
     "Log",
     "Metrics",
@@ -290,6 +291,16 @@ IPVS_SCHEDULERS = ("rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed",
 
 
 @dataclass(frozen=True, slots=True)
+class IpvsDiscovery:
+    """``ipvs.discovery``: more backends from the ``default/kubernetes`` EndpointSlices."""
+
+    enabled: bool = False
+    interval: float = 10.0  # seconds between two lists
+    kubeconfig: str | None = None  # None: admin.conf (super-admin.conf fallback), else in-cluster
+    api_server: str | None = "https://127.0.0.1:6443"  # None: the kubeconfig's server
+
+
+@dataclass(frozen=True, slots=True)
 class Ipvs:
     """IPVS load balancing of VIP:port/TCP on the leader (vipd.ipvs)."""
 
@@ -298,6 +309,7 @@ class Ipvs:
     scheduler: str = "rr"
     forwarding: Literal["nat", "dr"] = "nat"
     backends: tuple[IPAddress, ...] = ()
+    discovery: IpvsDiscovery = IpvsDiscovery()
 
 
 DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
@@ -999,7 +1011,9 @@ class _Validator:
 
     def ipvs(self, value: object, vip: IPAddress, health: Health | None) -> Ipvs:
         p = "ipvs"
-        sec = self.section(p, value, ("enabled", "port", "scheduler", "forwarding", "backends"))
+        sec = self.section(
+            p, value, ("enabled", "port", "scheduler", "forwarding", "backends", "discovery")
+        )
         enabled = sec.get("enabled", False)
         if not isinstance(enabled, bool):
             self.fail(f"{p}.enabled", "must be true or false", enabled)
@@ -1024,6 +1038,42 @@ class _Validator:
             scheduler=scheduler,
             forwarding=cast(Literal["nat", "dr"], forwarding),
             backends=backends,
+            discovery=self.ipvs_discovery(sec.get("discovery")),
+        )
+
+    def ipvs_discovery(self, value: object) -> IpvsDiscovery:
+        p = "ipvs.discovery"
+        sec = self.section(p, value, ("enabled", "interval", "kubeconfig", "api_server"))
+        enabled = sec.get("enabled", False)
+        if not isinstance(enabled, bool):
+            self.fail(f"{p}.enabled", "must be true or false", enabled)
+        interval = self.number(
+            f"{p}.interval",
+            sec.get("interval", 10.0),
+            "must be a number of seconds from 1 to 3600",
+            lambda v: 1 <= v <= 3600,
+        )
+        kubeconfig = sec.get("kubeconfig")
+        if kubeconfig is not None and (
+            not isinstance(kubeconfig, str) or not kubeconfig.strip() or "\0" in kubeconfig
+        ):
+            self.fail(
+                f"{p}.kubeconfig",
+                'must be the path of a kubeconfig file, "in-cluster", or null (auto: '
+                "/etc/kubernetes/admin.conf, else in-cluster credentials)",
+                kubeconfig,
+            )
+        api_server = sec.get("api_server", "https://127.0.0.1:6443")
+        if api_server is not None and (
+            not isinstance(api_server, str) or not re.fullmatch(r"https://\S+", api_server)
+        ):
+            self.fail(
+                f"{p}.api_server",
+                "must be an https:// URL, or null to use the kubeconfig's server",
+                api_server,
+            )
+        return IpvsDiscovery(
+            enabled=enabled, interval=interval, kubeconfig=kubeconfig, api_server=api_server
         )
 
     def backends(self, key: str, value: object, vip: IPAddress) -> tuple[IPAddress, ...]:

@@ -120,6 +120,7 @@ class VrrpInstance:
         self.health: HealthChecker | None = None
         self.ipvs: IpvsReconciler | None = None
         self._ipvs_task: asyncio.Task[None] | None = None
+        self._discovery_task: asyncio.Task[None] | None = None
         self._handover: asyncio.Event | None = None
         self._successor: IPAddress | None = None
         # The slowest possible successor is a priority-1 backup, Skew_Time(1) after our
@@ -690,6 +691,10 @@ class VrrpInstance:
         self.ipvs = IpvsReconciler(spec, self.health, self.log)
         self.ipvs.set_leader(self.machine.state is state.State.ACTIVE)
         self._ipvs_task = asyncio.get_running_loop().create_task(self.ipvs.run(), name="ipvs")
+        if c.discovery.enabled:
+            self._discovery_task = asyncio.get_running_loop().create_task(
+                self._discover(), name="ipvs-discovery"
+            )
         self.log.info(
             "ipvs on",
             extra={
@@ -702,7 +707,46 @@ class VrrpInstance:
             },
         )
 
+    async def _discover(self) -> None:
+        """Poll the default/kubernetes EndpointSlices; backends = static + discovered. A
+        failed or empty answer keeps the last list (vipd.ipvs.discovery)."""
+        from vipd.ipvs.discovery import EndpointSliceSource, merge
+
+        c = self.cfg.ipvs
+        assert self.ipvs is not None
+        loop = asyncio.get_running_loop()
+        source: EndpointSliceSource | None = None
+        failures = 0
+        while True:
+            try:
+                if source is None:
+                    source = EndpointSliceSource(
+                        c.discovery.kubeconfig, c.discovery.api_server, self.cfg.vip.version
+                    )
+                found = await loop.run_in_executor(None, source.fetch)
+                failures = 0
+                backends = merge(c.backends, found) if found else self.ipvs.spec.backends
+                if self.ipvs.set_backends(backends):
+                    if self.health is not None:
+                        self.health.set_targets(backends)
+                    self.log.info(
+                        "ipvs backends discovered",
+                        extra={"fields": {"backends": ",".join(map(str, backends))}},
+                    )
+            except Exception as exc:
+                failures += 1
+                if failures in (1, 10) or failures % 100 == 0:
+                    self.log.warning(
+                        "ipvs discovery failed: keeping the backends",
+                        extra={"fields": {"error": exc, "failures": failures}},
+                    )
+            await asyncio.sleep(c.discovery.interval)
+
     async def _stop_ipvs(self) -> None:
+        if self._discovery_task is not None:
+            self._discovery_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._discovery_task
         if self._ipvs_task is not None:
             self._ipvs_task.cancel()
             with contextlib.suppress(BaseException):

@@ -729,6 +729,7 @@ def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
     hints = {f.name: f.type for f in dataclasses.fields(cls)}
     nested = {"election": Election, "vrrp": Vrrp, "garp": Garp, "log": Log, "health": Health}
     nested["ipvs"] = config.Ipvs
+    nested["discovery"] = config.IpvsDiscovery
     nested["metrics"] = config.Metrics
     nested["lease"] = config.Lease
     for name in hints:

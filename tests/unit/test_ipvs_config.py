@@ -61,7 +61,7 @@ def test_ipvs_defaults_and_full_section() -> None:
         ),
         ({"backends": ["127.0.0.1"]}, "ipvs.backends[0]", "unicast address"),
         ({"backends": ["224.0.0.18"]}, "ipvs.backends[0]", "unicast address"),
-        ({"discovery": {}}, "ipvs.discovery", "unknown key"),
+        ({"weights": {}}, "ipvs.weights", "unknown key"),
     ],
 )
 def test_ipvs_config_errors(section: dict[str, Any], key: str, words: str) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -168,6 +169,14 @@ class IpvsReconciler:
         if leader != self.leader:
             self.leader = leader
             self._poke()
+
+    def set_backends(self, backends: tuple[IPAddress, ...]) -> bool:
+        """Replace the backend list (discovery); True if it changed."""
+        if backends == self.spec.backends:
+            return False
+        self.spec = dataclasses.replace(self.spec, backends=backends)
+        self._poke()
+        return True
 
     def on_health_change(self, *_: object) -> None:
         """The checker's transition callback; any arguments, any thread."""
