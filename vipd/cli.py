@@ -86,9 +86,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except httpd.ListenError as exc:
         print(f"vipd: {exc}", file=sys.stderr)
         return EXIT_LISTEN
+    conflict = _check_conflict(cfg, pre)  # before any log line: an error is one line
     logger = vlog.setup(cfg.log.format, cfg.log.level)
     for finding in pre.findings:
         logger.info("preflight", extra={"fields": {"finding": finding}})
+    if conflict is not None:
+        logger.info("preflight", extra={"fields": {"finding": conflict}})
     logger.info(
         "endpoint listening",
         extra={"fields": {"listen": cfg.metrics.listen, "paths": "/metrics /healthz /readyz"}},
@@ -96,8 +99,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return daemon.run(cfg, pre, endpoint)
 
 
+def _check_conflict(cfg: Config, pre: Preflight) -> str | None:
+    """RFC 5227 / DAD probe for the VIP before claiming it (vipd.arpwatch); exit 2 when a
+    foreign host answers for it. Returns a finding to report, or None."""
+    if cfg.election.mode != "vrrp":
+        return None
+    from vipd import arpwatch
+
+    found = arpwatch.check(cfg, pre)
+    if found.foreign:
+        print(f"vipd: config error: vip: {found.describe()}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG)
+    if found.macs:
+        return (
+            f"VIP {cfg.vip} answered by {', '.join(found.macs)}: held by the VRRP router "
+            f"{', '.join(found.vrrp_heard)} advertising VRID {cfg.election.vrrp.vrid}"
+        )
+    return f"no other host answered a probe for VIP {cfg.vip} on {pre.link.name}"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     cfg, pre = _load(args.config)
+    conflict = _check_conflict(cfg, pre)
     print(f"config {args.config or '$VIPD_CONFIG'}: valid")
     print(f"  node {cfg.node}, VIP {cfg.vip} on {pre.link.name} (source {pre.source})")
     if cfg.election.mode == "lease":
@@ -129,6 +152,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     for finding in pre.findings:
         print(f"  preflight: {finding}")
+    if conflict is not None:
+        print(f"  preflight: {conflict}")
     return 0
 
 

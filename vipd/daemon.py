@@ -32,6 +32,7 @@ from vipd import __version__, metrics, sched, sdnotify
 from vipd import log as vlog
 from vipd.actuators.address import AddressActuator
 from vipd.actuators.announce import Announcer
+from vipd.arpwatch import ClaimWatch
 from vipd.config import Config
 from vipd.controller import Controller, GarpPolicy
 from vipd.health import gate
@@ -51,6 +52,8 @@ IPAddress = IPv4Address | IPv6Address
 # How early a Backup's down timer is armed on the loop (see _rearm).
 TIMER_SLACK = 0.002
 EXIT_OK = 0
+# RFC 5227 §2.4 (b): defend the address at most once per DEFEND_INTERVAL seconds.
+DEFEND_INTERVAL = 10.0
 EXIT_CRASH = 1
 # Peers remembered for the status document (multicast: anyone on our VRID could show up).
 MAX_PEERS = 64
@@ -117,6 +120,8 @@ class VrrpInstance:
         self.address: AddressActuator | None = None
         self.announcer: Announcer | None = None
         self.linkwatch: LinkWatch | None = None
+        self.claimwatch: ClaimWatch | None = None
+        self._defended_at: float | None = None
         self.health: HealthChecker | None = None
         self.ipvs: IpvsReconciler | None = None
         self._ipvs_task: asyncio.Task[None] | None = None
@@ -541,6 +546,7 @@ class VrrpInstance:
             self._start_health()
             self._start_ipvs()
             loop.add_reader(self.linkwatch.fileno(), self._guarded, self.linkwatch.on_readable)
+            self._start_claimwatch(loop)
             metrics.INTERFACE_UP.labels(interface=self.ifname).set(1 if self.linkwatch.state else 0)
             if self.linkwatch.state:
                 now = time.monotonic()
@@ -759,6 +765,45 @@ class VrrpInstance:
                     "could not remove the IPVS service", extra={"fields": {"error": exc}}
                 )
 
+    # -- foreign claims (RFC 5227 §2.4) ---------------------------------------------------
+
+    def _start_claimwatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """IPv4: watch ARP for another MAC claiming the VIP (see vipd.arpwatch)."""
+        if not isinstance(self.cfg.vip, IPv4Address):
+            return
+        self.claimwatch = ClaimWatch(self.ifname, self.pre.link.mac, self.cfg.vip, self._on_claim)
+        loop.add_reader(self.claimwatch.fileno(), self._guarded, self.claimwatch.on_readable)
+
+    def _on_claim(self, mac: str) -> None:
+        """Another MAC announced or answered for the VIP. While we lead, that is a duplicate
+        claim (a foreign host, or a split brain): count it with the VRRP ones, log it, and
+        defend the address with one announcement burst at most every DEFEND_INTERVAL."""
+        if self.machine.state is not state.State.ACTIVE or self._handover is not None:
+            return  # a new leader's announcement after we stepped down: the normal case
+        if self.controller is None or not self.controller.bound:
+            return
+        now = time.monotonic()
+        self._claimed_at = now
+        self._claims += 1
+        metrics.DUPLICATE_CLAIMS.inc()
+        defend = self._defended_at is None or now - self._defended_at >= DEFEND_INTERVAL
+        n = self._claims
+        if defend or n & (n - 1) == 0:
+            self.log.warning(
+                "a foreign host claims the VIP while we hold it",
+                extra={
+                    "fields": {
+                        "claimant_mac": mac,
+                        "count": n,
+                        "defending": defend,
+                        "rfc": "5227",
+                    }
+                },
+            )
+        if defend:
+            self._defended_at = now
+            self.controller.announce()
+
     def _realtime(self) -> None:
         """Fast adverts: SCHED_RR so a busy host cannot stall the master (see vipd.sched)."""
         policy = sched.realtime_policy(self.vrrp.advert_interval)
@@ -872,6 +917,10 @@ class VrrpInstance:
             with contextlib.suppress(Exception):
                 loop.remove_reader(self.linkwatch.fileno())
             self.linkwatch.close()
+        if self.claimwatch is not None:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(self.claimwatch.fileno())
+            self.claimwatch.close()
         if self.transport is not None:
             with contextlib.suppress(Exception):
                 loop.remove_reader(self.transport.fileno())

@@ -22,6 +22,7 @@ PURE = [
     "health/gate.py",
     "health/http.py",
     "lab/timeline.py",
+    "conflict.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
 

@@ -1,0 +1,157 @@
+"""Who else has the VIP: an ARP/DAD probe before vipd claims it, and a watch while it leads.
+
+What it is: the driver for ``vipd.conflict`` (RFC 5227 / RFC 4862 §5.4):
+
+- ``check(cfg, pre)``: before the election (``vipd check`` and ``vipd run``), send
+  ``PROBES`` probes ``PROBE_GAP`` apart on the VIP's interface and collect, for ``WAIT``
+  more, the MACs of hosts other than this one that answer for the VIP. A VRRP router
+  holding the VIP (the current leader, vipd or keepalived) answers too, so when someone
+  answered, listen for VRRP adverts of our VRID that carry the VIP for up to 4 advert
+  intervals (a backup's longest Master_Down_Interval is 3 intervals + Skew_Time < 1
+  interval): heard → the VIP is VRRP-managed, go on; not heard → a foreign host has it,
+  and vipd refuses to claim it (the caller exits 2 and says who). IPv4 and IPv6 (a DAD
+  Neighbor Solicitation from ``::``). VRRP mode only: in Lease mode the current holder is
+  another vipd that sends no adverts.
+- ``ClaimWatch``: while running (IPv4), a packet socket on the interface for ARP; every
+  ARP frame whose sender IP is the VIP and whose sender MAC is not ours (a gratuitous ARP
+  or a reply from another host) is handed to a callback, which counts and logs it when
+  this node leads. Frames this node sends itself are skipped.
+
+What it must not do: decide leadership, or keep a probe running: the start-up check is
+bounded (``PROBES`` × ``PROBE_GAP`` + ``WAIT``, plus at most 4 intervals when someone
+answered), and the watch only reads. IPv6 while running is not watched: a packet socket
+would see every IPv6 frame on the node (document, not pretend).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import time
+from collections.abc import Callable, Iterator
+from ipaddress import IPv4Address
+
+from vipd.config import Config
+from vipd.conflict import Conflict, format_mac, parse_claim, probe_frame
+from vipd.neighbor import ETH_P_ARP, ETH_P_IPV6, parse_mac
+from vipd.preflight import Preflight
+from vipd.vrrp import packet
+from vipd.vrrp.transport import Transport
+
+PROBES = 3
+PROBE_GAP = 0.05  # RFC 5227 spaces probes 1-2 s apart; a node start cannot wait that long
+WAIT = 0.25  # after the last probe
+PACKET_OUTGOING = 4  # sll_pkttype of frames this host sent
+
+
+def _open(ifname: str, ethertype: int) -> socket.socket:
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ethertype))
+    try:
+        sock.bind((ifname, ethertype))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _frames(sock: socket.socket) -> Iterator[bytes]:
+    """Drain the socket; frames this host sent are skipped."""
+    while True:
+        try:
+            data, addr = sock.recvfrom(2048)
+        except (BlockingIOError, InterruptedError):
+            return
+        if len(addr) > 2 and addr[2] == PACKET_OUTGOING:
+            continue
+        yield data
+
+
+def probe(ifname: str, mac: str, vip: IPv4Address | packet.IPAddress) -> list[str]:
+    """MACs (other than ``mac``) that answered for ``vip`` on ``ifname``."""
+    own = parse_mac(mac)
+    frame = probe_frame(own, vip)
+    ethertype = ETH_P_ARP if isinstance(vip, IPv4Address) else ETH_P_IPV6
+    found: list[str] = []
+    with contextlib.closing(_open(ifname, ethertype)) as sock:
+        end = time.monotonic() + PROBES * PROBE_GAP + WAIT
+        sent, next_probe = 0, time.monotonic()
+        while True:
+            now = time.monotonic()
+            if sent < PROBES and now >= next_probe:
+                sock.send(frame)
+                sent += 1
+                next_probe = now + PROBE_GAP
+            if now >= end:
+                break
+            wake = min(end, next_probe) if sent < PROBES else end
+            select.select([sock], [], [], max(0.0, wake - now))
+            for data in _frames(sock):
+                claimant = parse_claim(data, vip)
+                if claimant is not None and claimant != own:
+                    text = format_mac(claimant)
+                    if text not in found:
+                        found.append(text)
+    return found
+
+
+def vrrp_routers(cfg: Config, pre: Preflight, timeout: float) -> list[str]:
+    """Sources of valid-looking adverts of our VRID carrying the VIP, heard in ``timeout``."""
+    v = cfg.election.vrrp
+    heard: list[str] = []
+    transport = Transport(
+        ifname=pre.link.name,
+        ifindex=pre.link.index,
+        source=pre.source,
+        unicast_peers=pre.unicast_peers,
+    )
+    try:
+        end = time.monotonic() + timeout
+        while not heard and (left := end - time.monotonic()) > 0:
+            select.select([transport.fileno()], [], [], left)
+            for item in transport.receive():
+                if isinstance(item, packet.DecodeError):
+                    continue
+                try:
+                    advert, _ = packet.decode(item.message, item.src, item.dst)
+                except packet.DecodeError:
+                    continue
+                if advert.vrid == v.vrid and cfg.vip in advert.addresses and advert.priority:
+                    heard.append(str(item.src))
+    finally:
+        transport.close()
+    return heard
+
+
+def check(cfg: Config, pre: Preflight) -> Conflict:
+    """Probe for the VIP; if someone answers, see whether a VRRP router of ours explains it."""
+    macs = tuple(probe(pre.link.name, pre.link.mac, cfg.vip))
+    heard: tuple[str, ...] = ()
+    if macs and cfg.election.mode == "vrrp":
+        heard = tuple(vrrp_routers(cfg, pre, 4 * cfg.election.vrrp.advert_interval))
+    return Conflict(cfg.vip, pre.link.name, macs, heard)
+
+
+class ClaimWatch:
+    """ARP frames from other MACs that claim the VIP (IPv4), for the event loop's reader."""
+
+    def __init__(
+        self, ifname: str, mac: str, vip: IPv4Address, on_claim: Callable[[str], None]
+    ) -> None:
+        self.own = parse_mac(mac)
+        self.vip = vip
+        self.on_claim = on_claim
+        self.sock = _open(ifname, ETH_P_ARP)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def on_readable(self) -> None:
+        for data in _frames(self.sock):
+            claimant = parse_claim(data, self.vip)
+            if claimant is not None and claimant != self.own:
+                self.on_claim(format_mac(claimant))
+
+    def close(self) -> None:
+        self.sock.close()
