@@ -39,9 +39,12 @@ from vipd.preflight import Preflight
 from vipd.vrrp import packet
 from vipd.vrrp.transport import Transport
 
-PROBES = 3
-PROBE_GAP = 0.05  # RFC 5227 spaces probes 1-2 s apart; a node start cannot wait that long
-WAIT = 0.25  # after the last probe
+# RFC 5227 spaces 3 probes 1-2 s apart for slow or sleeping hosts; a node start cannot wait
+# that long, and on a LAN a host that has the address answers within a millisecond. The
+# whole probe adds ~0.1 s to a start; a host too slow for it is caught later by ClaimWatch.
+PROBES = 2
+PROBE_GAP = 0.02
+WAIT = 0.08  # after the last probe
 PACKET_OUTGOING = 4  # sll_pkttype of frames this host sent
 
 

@@ -192,8 +192,9 @@ VIP_REPAIRS = Counter(
 DUPLICATE_CLAIMS = Counter(
     "vipd_vip_duplicate_claims_total",
     "Adverts from another node claiming the VIP (priority > 0) received while this node held "
-    "it. One at a preemption is normal (the returning node's first advert); a steady rise is "
-    "a split brain or a second cluster on the same VRID.",
+    "it, and (IPv4) ARP frames from another MAC claiming the VIP meanwhile (RFC 5227). One at "
+    "a preemption is normal (the returning node's first advert); a steady rise is a split "
+    "brain, a second cluster on the same VRID, or a foreign host using the address.",
     registry=REGISTRY,
 )
 

@@ -123,7 +123,9 @@ def test_highest_priority_holds_the_vip_and_the_client_reaches_it(
     assert c.ask() == "n1"
     # The others really are backups (not just without the address).
     for name in ("n2", "n3"):
-        assert c.daemons[name].state() == "BACKUP", c.logs()
+        # A daemon still starting (imports, the address probe) has not said so yet.
+        backup = c.daemons[name].state
+        assert wait_for(lambda: backup() == "BACKUP", 5.0) is not None, c.logs()  # noqa: B023
     # Bound as /32 with preferred_lft 0, so it is never picked as a source address.
     out = c.lab.ip(c.lab.node("n1").ns, "addr", "show", "dev", "eth0")
     line = next(ln for ln in out.splitlines() if f"{VIP4}/32" in ln)
@@ -208,7 +210,9 @@ def test_unicast_peers(cluster: Callable[..., Cluster], family: int) -> None:
     c = cluster(VrrpSpec(vip=VIP4 if family == 4 else VIP6, unicast=True))
     c.converge("n1")
     for name in ("n2", "n3"):
-        assert c.daemons[name].state() == "BACKUP", c.logs()
+        # A daemon still starting (imports, the address probe) has not said so yet.
+        backup = c.daemons[name].state
+        assert wait_for(lambda: backup() == "BACKUP", 5.0) is not None, c.logs()  # noqa: B023
     faults.kill(c.lab, c.rig("n1"))
     took = wait_for(lambda: "n2" in c.holders(), mdi(c.spec, 150) + 1.0)
     assert took is not None, c.logs()
@@ -220,7 +224,9 @@ def test_vrrpv2_with_a_password(cluster: Callable[..., Cluster]) -> None:
     c = cluster(spec)
     c.converge("n1", timeout=mdi(spec, 200) + 2.0)
     for name in ("n2", "n3"):
-        assert c.daemons[name].state() == "BACKUP", c.logs()
+        # A daemon still starting (imports, the address probe) has not said so yet.
+        backup = c.daemons[name].state
+        assert wait_for(lambda: backup() == "BACKUP", 5.0) is not None, c.logs()  # noqa: B023
 
 
 def test_a_wrong_password_is_not_a_peer(cluster: Callable[..., Cluster]) -> None:
