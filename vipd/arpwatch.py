@@ -66,6 +66,10 @@ def _frames(sock: socket.socket) -> Iterator[bytes]:
             data, addr = sock.recvfrom(2048)
         except (BlockingIOError, InterruptedError):
             return
+        except OSError:
+            # ENETDOWN once when the link goes down (a packet socket reports it as an error
+            # on the next read): nothing to read, and the watch must not end the daemon.
+            return
         if len(addr) > 2 and addr[2] == PACKET_OUTGOING:
             continue
         yield data
