@@ -269,3 +269,30 @@ def test_microtime_always_has_six_digits() -> None:
     assert microtime(t).isoformat() == "2026-12-01T00:00:00.000001+00:00"
     t2 = t.replace(microsecond=250000)
     assert microtime(t2) == t2
+
+
+def test_start_check_refuses_an_unloadable_kubeconfig(tmp_path: Path) -> None:
+    from vipd.config import parse
+    from vipd.lease.driver import check
+
+    bad = tmp_path / "admin.conf"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: 5\n")
+    cfg = parse(
+        {
+            "node": "cp-1",
+            "vip": "10.0.0.100",
+            "election": {"mode": "lease", "lease": {"kubeconfig": str(bad)}},
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        check(cfg, env={})
+    assert info.value.key == "election.lease.kubeconfig" and "cannot be loaded" in str(info.value)
+    missing = parse(
+        {
+            "node": "cp-1",
+            "vip": "10.0.0.100",
+            "election": {"mode": "lease", "lease": {"kubeconfig": str(tmp_path / "nope")}},
+        }
+    )
+    with pytest.raises(ConfigError, match="does not exist"):
+        check(missing, env={})

@@ -48,9 +48,10 @@ What it is
         store outage; or 401/403/4xx: the store answers but refuses us). A renewal that
         succeeds makes it an ordinary leader again.
 
-        The other side: a follower that failed to read the Lease cannot know whether the
-        holder renewed in the meantime, so when it can read again it counts the record as
-        observed *now* (a full ``lease_duration`` before it may take over). A leader that kept
+        The other side: a follower that could not read the Lease for a renew deadline or
+        more cannot know whether the holder renewed in the meantime (the holder may have
+        been this rule's leader), so when it can read again it counts the record as observed
+        *now* (a full ``lease_duration`` before it may take over). A leader that kept
         the VIP through an outage therefore has ``lease_duration`` after the store comes back
         to renew before anyone may steal the Lease, and never races a peer for it.
 
