@@ -10,7 +10,8 @@ fault, and asserts on that record:
   and the others, then healed (dual master expected while partitioned, resolved within one
   advert interval of the heal); 30 % random VRRP loss (role changes only as often as three
   consecutive lost adverts make unavoidable); the leader's interface down, then up; the VIP
-  deleted by hand; 0.01 s adverts in steady state and through a node death.
+  deleted by hand; 0.01 s adverts in steady state and through a node death; the API server
+  dying on the leader (health gating on: the VIP must follow the healthy API servers).
 - Invariants, in every scenario: after convergence the VIP is on exactly one node and only
   that node answers the client; the VIP is never unowned (no reachable node holds it) for
   longer than the failover bound (Master_Down_Interval of the backup that takes over, plus
@@ -33,7 +34,7 @@ import pytest
 
 from vipd.lab import faults, timeline
 from vipd.lab.analysis import Attempt, stable_on
-from vipd.lab.daemons import Daemon, VrrpSpec, make_daemon
+from vipd.lab.daemons import Daemon, HealthSpec, VrrpSpec, make_daemon
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, Lab
@@ -150,7 +151,8 @@ def chaos_cluster(make_lab: Callable[..., Lab]) -> Iterator[Callable[..., Rig]]:
         lab = make_lab(3)
         spec = spec or VrrpSpec(vip=VIP4, advert_interval=0.1)
         daemons = {n.name: make_daemon("vipd", lab, n, spec) for n in lab.nodes}
-        responders = {n.name: Responder(lab, n) for n in lab.nodes}
+        health_port = spec.health.port if spec.health is not None else None
+        responders = {n.name: Responder(lab, n, 6443, health_port) for n in lab.nodes}
         rig = Rig(
             lab,
             spec,
@@ -418,3 +420,26 @@ def test_fast_adverts_hold_steady_and_fail_over_to_the_right_node(
             f"round {i + 1}\n{c.report(t_kill)}"
         )
     c.assert_converged("n1")
+
+
+def test_api_server_dying_on_the_leader_moves_the_vip(chaos_cluster: Callable[..., Rig]) -> None:
+    """Health gating on: n1's API server (the stand-in behind its responder, :6443 and the
+    HTTPS /readyz on :6444) is SIGKILLed. n1 notices within fall × interval + timeout,
+    advertises priority 1, and n2 preempts it; n1 keeps the VIP until then, so it is never
+    unowned, and the client is served by n2 after the detection bound + MDI(n2)."""
+    health = HealthSpec()
+    c = chaos_cluster(VrrpSpec(vip=VIP4, advert_interval=0.1, health=health))
+    t_fail = time.monotonic()
+    faults.apidown(c.lab, rig_of(c, "n1"))
+    c.serving("n2", t_fail, health.detection_bound() + c.mdi("n2") + MARGIN + 2.0)
+    tl = c.timeline()
+    now = time.monotonic()
+    took = [ch.t for ch in tl.changes_between(t_fail, now) if ch.node == "n2" and ch.held]
+    assert took and took[0] - t_fail <= health.detection_bound() + c.mdi("n2") + MARGIN, c.report(
+        t_fail
+    )
+    # Make-before-break by construction: n1 lets go only when it hears n2's advert.
+    assert timeline.unowned(tl, t_fail, now) == [], c.report(t_fail)
+    assert timeline.longest(timeline.shared(tl, t_fail, now)) <= MARGIN, c.report(t_fail)
+    assert timeline.acquisitions(tl, "n3", t_fail, now) == 0, c.report(t_fail)
+    c.assert_converged("n2")
