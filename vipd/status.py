@@ -75,6 +75,11 @@ def _s(value: Any, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _g(value: Any) -> str:
+    """A configured number as written (10, 0.5), not as a measurement (10.000)."""
+    return f"{value:g}" if isinstance(value, int | float) else _s(value)
+
+
 def _ago(seconds: Any) -> str:
     return "-" if not isinstance(seconds, int | float) else f"{seconds:.3f} s ago"
 
@@ -103,13 +108,27 @@ def render(doc: Mapping[str, Any]) -> str:
             (
                 "vrrp",
                 f"VRRPv{_s(vrrp.get('version'))} VRID {_s(vrrp.get('vrid'))} priority "
-                f"{_s(vrrp.get('priority'))}, advert {_s(vrrp.get('advert_interval_s'))} s, "
+                f"{_s(vrrp.get('priority'))}, advert {_g(vrrp.get('advert_interval_s'))} s, "
                 f"{_s(vrrp.get('mode'))}",
+            )
+        )
+    lease: Mapping[str, Any] = g("lease") or {}
+    if lease:
+        lines.append(
+            (
+                "lease",
+                f"{_s(lease.get('name'))} held by {_s(lease.get('holder'))}, last renewal "
+                f"{_ago(lease.get('last_renewal_age_s'))}, duration "
+                f"{_g(lease.get('duration_s'))} s / renew deadline "
+                f"{_g(lease.get('renew_deadline_s'))} s / retry {_g(lease.get('retry_period_s'))}"
+                f" s, credentials {_s(lease.get('credentials'))}",
             )
         )
     master = g("master")
     if isinstance(master, Mapping):
-        text = f"{_s(master.get('address'))} priority {_s(master.get('priority'))}"
+        text = _s(master.get("address"))
+        if master.get("priority") is not None:
+            text += f" priority {master['priority']}"
         if master.get("self"):
             text += " (this node)"
         elif master.get("advert_age_s") is not None:
@@ -150,18 +169,12 @@ def render(doc: Mapping[str, Any]) -> str:
         lines.append(("last change", str(g("last_reason"))))
     counters: Mapping[str, Any] = g("counters") or {}
     if counters:
-        invalid = counters.get("invalid_adverts") or {}
-        bad = ", ".join(f"{k} {v}" for k, v in sorted(invalid.items())) or "none"
-        lines.append(
-            (
-                "counters",
-                f"transitions {_s(counters.get('transitions'))}, adverts sent "
-                f"{_s(counters.get('adverts_sent'))} / received "
-                f"{_s(counters.get('adverts_received'))}, send errors "
-                f"{_s(counters.get('advert_send_errors'))}, GARP "
-                f"{_s(counters.get('garp_sent'))}, duplicate claims "
-                f"{_s(counters.get('duplicate_claims'))}, invalid adverts: {bad}",
-            )
-        )
+        parts = []
+        for key, value in counters.items():
+            if isinstance(value, Mapping):  # e.g. invalid adverts by reason
+                inner = ", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "none"
+                value = f"({inner})"
+            parts.append(f"{key.replace('_', ' ')} {value}")
+        lines.append(("counters", ", ".join(parts)))
     width = max(len(k) for k, _ in lines)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)

@@ -61,7 +61,7 @@ def test_leader() -> None:
     assert got["peers"] == "10.0.0.12 priority 150, last advert 40.000 s ago"
     assert got["backends"] == "none (health checking is not configured)"
     assert (got["ready"], got["healthy"]) == ("yes", "yes")
-    assert "invalid adverts: vrid 3" in got["counters"]
+    assert got["counters"] == "transitions 2, invalid adverts (vrid 3)"
 
 
 def test_follower_not_ready_split_brain_and_backends() -> None:
@@ -83,6 +83,34 @@ def test_follower_not_ready_split_brain_and_backends() -> None:
     assert got["master"] == "10.0.0.12 priority 250, last advert 0.400 s ago"
     assert got["backends"] == "cp-1 10.0.0.11 healthy | cp-2 10.0.0.12 UNHEALTHY (HTTP 500)"
     assert got["ready"] == "NO: interface eth0 is down: not in the election"
+
+
+def test_lease_backend() -> None:
+    doc = {
+        **LEADER,
+        "backend": "lease",
+        "vrrp": None,
+        "lease": {
+            "name": "kube-system/vipd",
+            "holder": "cp-1",
+            "last_renewal_age_s": 1.25,
+            "duration_s": 15,
+            "renew_deadline_s": 10.0,
+            "retry_period_s": 2.0,
+            "credentials": "admin.conf",
+        },
+        "master": {"address": "cp-1", "priority": None, "self": True, "advert_age_s": None},
+        "counters": {"transitions": 1, "renewals": 40, "lease_errors": {}},
+    }
+    got = lines(doc)
+    assert got["role"] == "leader (lease, for 12.500 s)"
+    assert got["lease"] == (
+        "kube-system/vipd held by cp-1, last renewal 1.250 s ago, duration 15 s / renew "
+        "deadline 10 s / retry 2 s, credentials admin.conf"
+    )
+    assert got["master"] == "cp-1 (this node)"
+    assert got["counters"] == "transitions 1, renewals 40, lease errors (none)"
+    assert "vrrp" not in got
 
 
 def test_a_sparse_document_still_renders() -> None:
