@@ -123,6 +123,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     conflict = _check_conflict(cfg, pre)
     print(f"config {args.config or '$VIPD_CONFIG'}: valid")
     print(f"  node {cfg.node}, VIP {cfg.vip} on {pre.link.name} (source {pre.source})")
+    print(f"  endpoint {cfg.metrics.listen}: /metrics /healthz /readyz /status")
     if cfg.election.mode == "lease":
         lease = cfg.election.lease
         assert lease is not None
