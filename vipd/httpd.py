@@ -43,9 +43,9 @@ from vipd import metrics
 
 EXIT_LISTEN = 3
 # The loop beats this often; /healthz fails when the last beat is older than HEALTHZ_MAX_AGE.
-# 2 s is 8 missed beats: longer than any GC pause or scheduling hiccup seen on a busy machine
+# 2 s is 4 missed beats: longer than any GC pause or scheduling hiccup seen on a busy machine
 # (tens of ms), shorter than the default Master_Down_Interval (~3.4 s at advert 1 s).
-HEARTBEAT_INTERVAL = 0.25
+HEARTBEAT_INTERVAL = 0.5
 HEALTHZ_MAX_AGE = 2.0
 
 

@@ -460,7 +460,7 @@ def test_readyz_when_adverts_cannot_be_sent(cluster: Cluster) -> None:
         text = node_get(lab, "n1", "/metrics")[1]
         assert (sample(text, "vipd_vrrp_advert_send_errors_total") or 0) > 0
         assert (sample(text, "vipd_vip_duplicate_claims_total") or 0) >= 1
-        # /status is republished every heartbeat (0.25 s): it shows the same within a few.
+        # /status is republished every heartbeat (0.5 s): it shows the same within a few.
         assert wait_for(lambda: json.loads(node_get(lab, "n1", "/status")[1])["duplicate_claim"], 5)
         doc = json.loads(node_get(lab, "n1", "/status")[1])
         assert doc["ready"] is False and doc["role"] == "leader", doc
