@@ -231,19 +231,24 @@ def _vipd_container(p: Plan, opts: Options, *, in_cluster: bool) -> dict[str, An
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
         "securityContext": _security_context(caps=True),
     }
-    mounts = [
+    # The root filesystem is read-only; the Kubernetes client writes a kubeconfig's embedded
+    # certificates to temporary files, so /tmp is a small memory-backed volume.
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    mounts += [
         {"name": f"host-file-{i}", "mountPath": path, "readOnly": True}
         for i, path in enumerate(p.host_files)
     ]
     if p.lease is not None and not in_cluster:
         mounts.append({"name": "kubeconfig", "mountPath": KUBECONFIG_IN_POD, "readOnly": True})
-    if mounts:
-        container["volumeMounts"] = mounts
+    container["volumeMounts"] = mounts
     return container
 
 
+TMP_VOLUME: dict[str, Any] = {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}
+
+
 def _host_file_volumes(p: Plan) -> list[dict[str, Any]]:
-    return [
+    return [TMP_VOLUME] + [
         {"name": f"host-file-{i}", "hostPath": {"path": path, "type": "File"}}
         for i, path in enumerate(p.host_files)
     ]
@@ -290,8 +295,7 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
         "containers": [_vipd_container(sp, opts, in_cluster=False)],
     }
     volumes = _host_file_volumes(p)
-    if volumes:
-        spec["volumes"] = volumes
+    spec["volumes"] = volumes
     if p.lease is not None:
         spec["volumes"] = [
             *volumes,

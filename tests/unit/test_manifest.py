@@ -184,13 +184,15 @@ def test_lease_static_pod_mounts_admin_conf_or_super_admin_conf() -> None:
         ("lease/pod-super-admin.yaml", "/etc/kubernetes/super-admin.conf"),
     ]:
         obj = one(name)
-        assert pod_spec(obj)["volumes"] == [
-            {"name": "kubeconfig", "hostPath": {"path": host_path, "type": "File"}}
-        ]
+        (vol,) = [v for v in pod_spec(obj)["volumes"] if v["name"] == "kubeconfig"]
+        assert vol == {"name": "kubeconfig", "hostPath": {"path": host_path, "type": "File"}}
         # Inside the container it is admin.conf either way; switching back is one sed.
-        assert main_container(obj)["volumeMounts"] == [
-            {"name": "kubeconfig", "mountPath": "/etc/kubernetes/admin.conf", "readOnly": True}
-        ]
+        (mount,) = [m for m in main_container(obj)["volumeMounts"] if m["name"] == "kubeconfig"]
+        assert mount == {
+            "name": "kubeconfig",
+            "mountPath": "/etc/kubernetes/admin.conf",
+            "readOnly": True,
+        }
     text = (MANIFESTS / "lease/pod-super-admin.yaml").read_text()
     assert "s#/etc/kubernetes/super-admin.conf#/etc/kubernetes/admin.conf#" in text
     # VRRP mode reads no kubeconfig at all.
@@ -296,8 +298,22 @@ def test_files_the_config_names_are_mounted_from_the_node_in_both_pods() -> None
     }
     for name in ("vrrp/pod.yaml", "vrrp/daemonset.yaml"):
         obj = one(name)
-        assert main_container(obj)["volumeMounts"] == [want_mount], name
+        assert main_container(obj)["volumeMounts"] == [TMP_MOUNT, want_mount], name
         assert want_volume in pod_spec(obj)["volumes"], name
+
+
+TMP_MOUNT = {"name": "tmp", "mountPath": "/tmp"}
+
+
+@pytest.mark.parametrize("committed", [e[0] for e in EXAMPLES if "rbac" not in e[0]])
+def test_read_only_root_with_a_small_memory_tmp(committed: str) -> None:
+    # The Kubernetes client writes a kubeconfig's embedded certificates to temporary files.
+    obj = one(committed)
+    assert main_container(obj)["securityContext"]["readOnlyRootFilesystem"] is True
+    assert TMP_MOUNT in main_container(obj)["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}} in pod_spec(obj)[
+        "volumes"
+    ]
 
 
 def test_node_label_gates_the_daemonset_for_a_first_roll_one_node_at_a_time() -> None:

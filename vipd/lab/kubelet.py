@@ -29,6 +29,7 @@ import contextlib
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -168,8 +169,12 @@ class Kubelet:
         out: dict[str, Path] = {}
         for vol in spec.get("volumes", []):
             host = vol.get("hostPath")
+            if "emptyDir" in vol:
+                # A process writes where it likes; a fresh directory is only for the mapping.
+                out[vol["name"]] = Path(tempfile.mkdtemp(dir=self.lab.workdir, prefix="empty-"))
+                continue
             if host is None:
-                raise PodError(f"volume {vol['name']}: only hostPath volumes are supported")
+                raise PodError(f"volume {vol['name']}: only hostPath and emptyDir are supported")
             out[vol["name"]] = self.root / str(host["path"]).lstrip("/")
         return out
 
