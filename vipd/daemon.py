@@ -39,8 +39,7 @@ from vipd.health import gate
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth, Outcome
 from vipd.httpd import Endpoint
-from vipd.ipvs.plan import Service, ServiceKey
-from vipd.ipvs.reconciler import IpvsReconciler, IpvsSpec
+from vipd.ipvs.runtime import IpvsRuntime
 from vipd.linkwatch import LinkWatch
 from vipd.neighbor import announcement, parse_mac
 from vipd.preflight import Preflight
@@ -123,9 +122,7 @@ class VrrpInstance:
         self.claimwatch: ClaimWatch | None = None
         self._defended_at: float | None = None
         self.health: HealthChecker | None = None
-        self.ipvs: IpvsReconciler | None = None
-        self._ipvs_task: asyncio.Task[None] | None = None
-        self._discovery_task: asyncio.Task[None] | None = None
+        self.ipvs: IpvsRuntime | None = None
         self._handover: asyncio.Event | None = None
         self._successor: IPAddress | None = None
         # The slowest possible successor is a priority-1 backup, Skew_Time(1) after our
@@ -614,7 +611,7 @@ class VrrpInstance:
         if h is None:
             return
         self.health = HealthChecker(
-            self.cfg.ipvs.backends if self.cfg.ipvs.enabled else [],
+            [],
             h,
             lambda addr, s: self._guarded(self._on_health, addr, s),
             log=self.log,
@@ -657,8 +654,6 @@ class VrrpInstance:
         metrics.HEALTH_BACKEND_HEALTHY.labels(backend=str(addr), local=str(local).lower()).set(
             1 if health.healthy else 0
         )
-        if self.ipvs is not None:
-            self.ipvs.on_health_change(addr, health)
         h = self.cfg.health
         if h is None or addr != h.local or h.weight == 0:
             return
@@ -683,87 +678,15 @@ class VrrpInstance:
     # -- IPVS (vipd.ipvs) -----------------------------------------------------------------
 
     def _start_ipvs(self) -> None:
-        """Program VIP:port/TCP on the leader only, from the backends' health (config says
-        health is on whenever ipvs is); the reconciler works on its own thread."""
-        c = self.cfg.ipvs
-        if not c.enabled or self.health is None:
+        """IPVS on the leader only (vipd.ipvs.runtime); config guarantees health is on."""
+        if not self.cfg.ipvs.enabled or self.health is None:
             return
-        spec = IpvsSpec(
-            service=Service(ServiceKey(self.cfg.vip, c.port), c.scheduler),
-            forwarding=c.forwarding,
-            backends=c.backends,
-            local=self.source if self.source in c.backends else None,
-        )
-        self.ipvs = IpvsReconciler(spec, self.health, self.log)
-        self.ipvs.set_leader(self.machine.state is state.State.ACTIVE)
-        self._ipvs_task = asyncio.get_running_loop().create_task(self.ipvs.run(), name="ipvs")
-        if c.discovery.enabled:
-            self._discovery_task = asyncio.get_running_loop().create_task(
-                self._discover(), name="ipvs-discovery"
-            )
-        self.log.info(
-            "ipvs on",
-            extra={
-                "fields": {
-                    "service": spec.service.key,
-                    "scheduler": c.scheduler,
-                    "forwarding": c.forwarding,
-                    "backends": ",".join(map(str, c.backends)),
-                }
-            },
-        )
-
-    async def _discover(self) -> None:
-        """Poll the default/kubernetes EndpointSlices; backends = static + discovered. A
-        failed or empty answer keeps the last list (vipd.ipvs.discovery)."""
-        from vipd.ipvs.discovery import EndpointSliceSource, merge
-
-        c = self.cfg.ipvs
-        assert self.ipvs is not None
-        loop = asyncio.get_running_loop()
-        source: EndpointSliceSource | None = None
-        failures = 0
-        while True:
-            try:
-                if source is None:
-                    source = EndpointSliceSource(
-                        c.discovery.kubeconfig, c.discovery.api_server, self.cfg.vip.version
-                    )
-                found = await loop.run_in_executor(None, source.fetch)
-                failures = 0
-                backends = merge(c.backends, found) if found else self.ipvs.spec.backends
-                if self.ipvs.set_backends(backends):
-                    if self.health is not None:
-                        self.health.set_targets(backends)
-                    self.log.info(
-                        "ipvs backends discovered",
-                        extra={"fields": {"backends": ",".join(map(str, backends))}},
-                    )
-            except Exception as exc:
-                failures += 1
-                if failures in (1, 10) or failures % 100 == 0:
-                    self.log.warning(
-                        "ipvs discovery failed: keeping the backends",
-                        extra={"fields": {"error": exc, "failures": failures}},
-                    )
-            await asyncio.sleep(c.discovery.interval)
+        self.ipvs = IpvsRuntime(self.cfg, self.source, self.log)
+        self.ipvs.start(self.health, self.machine.state is state.State.ACTIVE)
 
     async def _stop_ipvs(self) -> None:
-        if self._discovery_task is not None:
-            self._discovery_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._discovery_task
-        if self._ipvs_task is not None:
-            self._ipvs_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._ipvs_task
         if self.ipvs is not None:
-            try:
-                await self.ipvs.release()
-            except Exception as exc:
-                self.log.error(
-                    "could not remove the IPVS service", extra={"fields": {"error": exc}}
-                )
+            await self.ipvs.stop()
 
     # -- foreign claims (RFC 5227 §2.4) ---------------------------------------------------
 

@@ -374,6 +374,7 @@ class LeaseInstance:
         self.address: AddressActuator | None = None
         self.announcer: Announcer | None = None
         self.health: Any = None
+        self.ipvs: Any = None  # vipd.ipvs.runtime.IpvsRuntime with ipvs.enabled
         self.api: LeaseApi | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=4, thread_name_prefix="lease-api"
@@ -421,9 +422,13 @@ class LeaseInstance:
                 self._inflight_req = a.request
             elif isinstance(a, logic.BecomeLeader):
                 self.controller.set_leader(True, now)
+                if self.ipvs is not None:
+                    self.ipvs.set_leader(True)
                 self._transition("leader", a.reason)
             elif isinstance(a, logic.BecomeFollower):
                 self.controller.set_leader(False, now)
+                if self.ipvs is not None:
+                    self.ipvs.set_leader(False)
                 self._transition("follower", a.reason)
             elif isinstance(a, logic.Hold):
                 metrics.LEASE_KEEPING.set(1)
@@ -585,6 +590,11 @@ class LeaseInstance:
             )
             worker = loop.create_task(self.controller.run(), name="controller")
             self._start_health()
+            if self.cfg.ipvs.enabled and self.health is not None:  # IPVS (vipd.ipvs.runtime)
+                from vipd.ipvs.runtime import IpvsRuntime
+
+                self.ipvs = IpvsRuntime(self.cfg, self.pre.source, self.log)
+                self.ipvs.start(self.health, self.elector.leader)
             self.log.info(
                 "lease election started",
                 extra={
@@ -681,6 +691,8 @@ class LeaseInstance:
                 self.controller.release()
             except Exception as exc:
                 self.log.error("could not remove the VIP", extra={"fields": {"error": exc}})
+        if self.ipvs is not None:
+            await self.ipvs.stop()
         if self.health is not None:
             self.health.stop()
         if self.announcer is not None:
