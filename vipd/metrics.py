@@ -191,10 +191,10 @@ VIP_REPAIRS = Counter(
 
 DUPLICATE_CLAIMS = Counter(
     "vipd_vip_duplicate_claims_total",
-    "Adverts from another node claiming the VIP (priority > 0) received while this node held "
-    "it, and (IPv4) ARP frames from another MAC claiming the VIP meanwhile (RFC 5227). One at "
-    "a preemption is normal (the returning node's first advert); a steady rise is a split "
-    "brain, a second cluster on the same VRID, or a foreign host using the address.",
+    "Claims on the VIP while this node holds it and keeps it: adverts from another node "
+    "(priority > 0) that did not make it step down, and (IPv4) ARP frames from another MAC "
+    "(RFC 5227). One when a split brain heals; a steady rise is a split brain, a second "
+    "cluster on the same VRID, or a foreign host using the address.",
     registry=REGISTRY,
 )
 
