@@ -40,12 +40,17 @@ def emu(tmp_path: Path) -> Iterator[Emulator]:
 
 
 def raw(
-    emu: Emulator, verb: str, path: str, body: Any = None, token: str | None = ""
+    emu: Emulator,
+    verb: str,
+    path: str,
+    body: Any = None,
+    token: str | None = "",
+    scheme: str = "Bearer",
 ) -> tuple[int, dict[str, Any]]:
     ctx = ssl.create_default_context(cafile=str(emu.ca_path))
     req = urllib.request.Request(emu.url + path, method=verb)
     if token is not None:
-        req.add_header("Authorization", f"Bearer {token or emu.token('n1')}")
+        req.add_header("Authorization", f"{scheme} {token or emu.token('n1')}")
     data = json.dumps(body).encode() if body is not None else None
     if data:
         req.add_header("Content-Type", "application/json")
@@ -100,6 +105,11 @@ def test_status_codes_and_status_bodies(emu: Emulator) -> None:
     assert code == 401
     code, body = raw(emu, "GET", f"{LEASES}/lock")
     assert (code, body["reason"], body["details"]["name"]) == (404, "NotFound", "lock")
+    # In-cluster credentials send the scheme in lower case; it is case-insensitive.
+    code, body = raw(emu, "GET", f"{LEASES}/lock", scheme="bearer")
+    assert code == 404
+    code, body = raw(emu, "GET", f"{LEASES}/lock", scheme="Basic")
+    assert code == 401
     code, body = raw(emu, "POST", LEASES, lease_body("n1"))
     assert code == 201 and body["spec"]["holderIdentity"] == "n1"
     rv = body["metadata"]["resourceVersion"]

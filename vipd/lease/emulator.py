@@ -443,7 +443,10 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         auth = self.headers.get("Authorization", "")
-        client = emu.tokens.get(auth[7:].strip(), "") if auth.startswith("Bearer ") else ""
+        # The auth scheme is case-insensitive (RFC 9110 §11.1): the client's in-cluster
+        # config sends "bearer", a kubeconfig "Bearer".
+        scheme, _, token = auth.partition(" ")
+        client = emu.tokens.get(token.strip(), "") if scheme.lower() == "bearer" else ""
         code = 0
         try:
             if not client:
