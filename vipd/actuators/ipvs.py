@@ -262,11 +262,15 @@ class Masquerade:
         """Install the rule and sysctls when missing; True if it changed anything."""
         changed = self._sysctls()
         if not self.present():
-            done = self._cmd(["nft", "-f", "-"], stdin=self.ruleset())
-            if done.returncode != 0:
-                raise IpvsError(f"nft: installing table {NFT_TABLE}: {done.stderr.strip()}")
+            self.install()
             changed = True
         return changed
+
+    def install(self) -> None:
+        """(Re)create the table with its rule, atomically (no sysctls)."""
+        done = self._cmd(["nft", "-f", "-"], stdin=self.ruleset())
+        if done.returncode != 0:
+            raise IpvsError(f"nft: installing table {NFT_TABLE}: {done.stderr.strip()}")
 
     def remove(self) -> bool:
         """Delete the table if present; True if it was there."""
