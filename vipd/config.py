@@ -65,6 +65,8 @@ from typing import Any, Literal, NoReturn, TypeGuard, cast
 
 import yaml
 
+from vipd.health import http as health_http
+
 __all__ = [
     "ENV_OVERRIDES",
     "Config",
@@ -262,7 +264,8 @@ class Log:
     level: LogLevel = "info"
 
 
-HealthPath = Literal["/readyz", "/healthz", "/livez"]
+# "/readyz", "/healthz" or "/livez", optionally "?exclude=<check>[&exclude=<check>…]"
+HealthPath = str
 _LOCALHOST = IPv4Address("127.0.0.1")
 
 
@@ -283,6 +286,9 @@ class Health:
     fall: int = 3  # consecutive failures to become unhealthy
     ca_file: str | None = None  # None: TLS without verification
     weight: int = 253  # VRRP priority reduction while the local API server is unhealthy
+    # Lease mode: the other control-plane nodes' API servers, checked to know whether a
+    # healthy peer can take over (empty: ipvs.backends); the local address never counts.
+    peers: tuple[IPAddress, ...] = ()
 
 
 # IPVS schedulers of Debian's kernel (net/netfilter/ipvs/ip_vs_*.c); others are refused.
@@ -569,7 +575,7 @@ class _Validator:
         election = self.election(top.get("election"), vip)
         garp = self.garp(top.get("garp"))
         log = self.log(top.get("log"))
-        health = self.health(top.get("health"), election) if "health" in top else None
+        health = self.health(top.get("health"), election, vip) if "health" in top else None
         metrics = self.metrics(top.get("metrics"))
         return Config(
             node=node,
@@ -935,18 +941,23 @@ class _Validator:
         )
         return Log(format=cast(LogFormat, fmt), level=cast(LogLevel, level))
 
-    def health(self, value: object, election: Election) -> Health:
+    def health(self, value: object, election: Election, vip: IPAddress) -> Health:
         # An empty `health:` section (null) means "on, with every default".
         p = "health"
         sec = self.section(
             p,
             value,
             ("path", "port", "local", "interval", "timeout", "rise", "fall", "ca_file",
-             "weight"),
+             "weight", "peers"),
         )  # fmt: skip
-        path = self.choice(
-            f"{p}.path", sec.get("path", "/readyz"), ("/readyz", "/healthz", "/livez")
-        )
+        path = sec.get("path", "/readyz")
+        if not isinstance(path, str) or not health_http.valid_path(path):
+            self.fail(
+                f"{p}.path",
+                'must be "/readyz", "/healthz" or "/livez", optionally followed by '
+                '"?exclude=<check>" (repeatable with "&"), e.g. "/readyz?exclude=etcd"',
+                path,
+            )
         port = self.integer(f"{p}.port", sec.get("port", 6443), 1, 65535)
         local = self.ip_literal(f"{p}.local", sec.get("local", "127.0.0.1"), "the local API server")
         if local.is_unspecified or local.is_multicast:
@@ -997,8 +1008,19 @@ class _Validator:
                 "preempt: true avoid a second move)",
                 weight,
             )
+        peers: tuple[IPAddress, ...] = ()
+        if sec.get("peers") is not None:
+            if election.mode != "lease" and sec["peers"] != []:
+                self.fail(
+                    f"{p}.peers",
+                    "is only used with election.mode: lease (VRRP gates by priority: "
+                    "health.weight)",
+                    sec["peers"],
+                )
+            peers = self.backends(f"{p}.peers", sec["peers"], vip)
         return Health(
-            path=cast(HealthPath, path),
+            peers=peers,
+            path=path,
             port=port,
             local=local,
             interval=interval,

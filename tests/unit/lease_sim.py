@@ -84,7 +84,7 @@ class SimNode:
     elector: Elector
     skew: float = 0.0
     alive: bool = True
-    health: bool = True
+    health: bool = True  # this node's API server (a killed vipd leaves it as it was)
     fault: Fault = ""
     leader: bool = False  # what the controller was told (the VIP is here)
     log: list[tuple[float, str]] = field(default_factory=list)
@@ -131,7 +131,10 @@ class Sim:
         if not node.alive or self._poll_at.get(node.name) != t:
             return
         e = node.elector
-        self._apply(node, e.poll(self.now + node.skew, node.health, jitter=0.5))
+        self._apply(
+            node,
+            e.poll(self.now + node.skew, node.health, jitter=0.5, peer_healthy=self.peer(node)),
+        )
         self._rearm(node)
 
     def _rearm(self, node: SimNode) -> None:
@@ -175,13 +178,29 @@ class Sim:
                 if not node.alive:
                     return
                 self._apply(
-                    node, node.elector.on_result(self.now + node.skew, req.id, outcome, node.health)
+                    node,
+                    node.elector.on_result(
+                        self.now + node.skew, req.id, outcome, node.health, self.peer(node)
+                    ),
                 )
                 self._rearm(node)
 
             self.at(sent + self.latency, deliver)
 
         self.at(sent + self.latency / 2, arrive)
+
+    def peer(self, node: SimNode) -> bool:
+        """What node's checker sees: another node's API server is healthy (its vipd may be
+        dead: the checker cannot tell)."""
+        return any(o.health for o in self.nodes.values() if o is not node)
+
+    def set_health(self, name: str, healthy: bool) -> None:
+        """The node's API server changes (after rise/fall); every vipd polls at once, as the
+        driver does within MAX_SLEEP."""
+        self.nodes[name].health = healthy
+        for n in self.nodes.values():
+            if n.alive and not e_done(n.elector):
+                self._schedule_poll(n, self.now)
 
     # -- faults --
 

@@ -306,8 +306,8 @@ def test_timeout_defaults_to_most_of_the_interval() -> None:
     [
         ("yes", "health: must be a mapping with the keys"),
         ({"url": "x"}, "health.url: unknown key; allowed here: ca_file, fall, interval,"),
-        ({"path": "/metrics"}, 'health.path: must be one of "/readyz", "/healthz", "/livez"'),
-        ({"path": "readyz"}, "health.path: must be one of"),
+        ({"path": "/metrics"}, 'health.path: must be "/readyz", "/healthz" or "/livez"'),
+        ({"path": "readyz"}, "health.path: must be"),
         ({"port": 0}, "health.port: must be an integer from 1 to 65535 (got 0)"),
         ({"port": "6443"}, 'health.port: must be an integer from 1 to 65535 (got "6443")'),
         ({"local": "localhost"}, "health.local: must be an IP address literal"),

@@ -16,9 +16,20 @@ from __future__ import annotations
 import re
 from ipaddress import IPv4Address, IPv6Address
 
-__all__ = ["PATHS", "ProtocolError", "host_port", "parse_status_line", "request", "url"]
+__all__ = [
+    "PATHS",
+    "ProtocolError",
+    "host_port",
+    "parse_status_line",
+    "request",
+    "url",
+    "valid_path",
+]
 
 PATHS = ("/readyz", "/healthz", "/livez")
+# kube-apiserver's health endpoints take ``exclude=<check>`` (repeatable) to leave checks out,
+# e.g. ``/readyz?exclude=etcd``; check names are like ``etcd``, ``poststarthook/rbac``.
+_QUERY = re.compile(r"exclude=[A-Za-z0-9][A-Za-z0-9._/-]*(?:&exclude=[A-Za-z0-9][A-Za-z0-9._/-]*)*")
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])(?: [^\r\n]*)?\r?\n")
 
 
@@ -34,9 +45,18 @@ def url(addr: IPv4Address | IPv6Address, port: int, path: str) -> str:
     return f"https://{host_port(addr, port)}{path}"
 
 
+def valid_path(path: str) -> bool:
+    """One of `PATHS`, optionally with ``?exclude=<check>[&exclude=<check>…]``."""
+    base, sep, query = path.partition("?")
+    return base in PATHS and (not sep or _QUERY.fullmatch(query) is not None)
+
+
 def request(addr: IPv4Address | IPv6Address, port: int, path: str, agent: str) -> bytes:
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {', '.join(PATHS)} (got {path!r})")
+    if not valid_path(path):
+        raise ValueError(
+            f"path must be one of {', '.join(PATHS)}, optionally with ?exclude=<check> "
+            f"(got {path!r})"
+        )
     return (
         f"GET {path} HTTP/1.1\r\nHost: {host_port(addr, port)}\r\nUser-Agent: {agent}\r\n"
         "Accept: */*\r\nConnection: close\r\n\r\n"

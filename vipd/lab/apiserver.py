@@ -120,7 +120,7 @@ class HealthServer:
             await writer.start_tls(self.ctx)
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
             parts = head.split(b" ", 2)
-            path = parts[1] if len(parts) > 2 else b""
+            path = (parts[1] if len(parts) > 2 else b"").split(b"?", 1)[0]  # ?exclude=…
             if mode == "stall1" and self.mode_file is not None:
                 self.mode_file.write_text("ok\n")
             if mode in ("stall", "stall1"):

@@ -312,6 +312,9 @@ class VipdDaemon(Daemon):
         }
         if s.health is not None:
             out["health"] = s.health.section()
+            if s.lease is not None:
+                # Lease mode gives way only to a healthy peer: check the others' stand-ins.
+                out["health"]["peers"] = [p.addr(s.family) for p in self.peers]
         return out
 
     def _prepare(self) -> list[str]:

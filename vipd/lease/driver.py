@@ -397,6 +397,29 @@ class LeaseInstance:
             return bool(self.health.local_healthy())
         return True  # no health section: see the log line at start
 
+    def peers(self) -> list[Any]:
+        """The other nodes' API servers checked for "a healthy peer can take over":
+        ``health.peers``, else ``ipvs.backends``; never the local API server's address."""
+        h = self.cfg.health
+        if h is None:
+            return []
+        listed = h.peers or self.cfg.ipvs.backends
+        return [a for a in listed if a != h.local]
+
+    def peer_healthy(self) -> bool:
+        """Some other node's API server is healthy (no health section: none can be known)."""
+        if self.health is None:
+            return False
+        return any(self.health.healthy(a) for a in self.peers())
+
+    def _on_health(self, addr: Any, state: Any) -> None:
+        h = self.cfg.health
+        local = h is not None and addr == h.local
+        # The checker logs the change; the loop sees it at its next poll (MAX_SLEEP).
+        metrics.HEALTH_BACKEND_HEALTHY.labels(backend=str(addr), local=str(local).lower()).set(
+            1 if state.healthy else 0
+        )
+
     def _start_health(self) -> None:
         if self._healthy is not None or self.cfg.health is None:
             self.log.info(
@@ -407,7 +430,22 @@ class LeaseInstance:
             return
         from vipd.health.checker import HealthChecker
 
-        self.health = HealthChecker([], self.cfg.health, log=self.log)
+        peers = self.peers()
+        self.health = HealthChecker(peers, self.cfg.health, self._on_health, log=self.log)
+        for addr in self.health.targets():
+            metrics.HEALTH_BACKEND_HEALTHY.labels(
+                backend=str(addr), local=str(addr == self.cfg.health.local).lower()
+            ).set(0)
+        self.log.info(
+            "lease: health gating on"
+            + ("" if peers else " (no peers listed: this node never gives way)"),
+            extra={
+                "fields": {
+                    "url": self.health.url(self.cfg.health.local),
+                    "peers": ",".join(str(a) for a in peers) or "-",
+                }
+            },
+        )
         self.health.start()
 
     # -- the core's actions ---------------------------------------------------------------
@@ -490,7 +528,9 @@ class LeaseInstance:
                     },
                 )
         now = time.monotonic()
-        return self.elector.on_result(now, self._inflight_id, outcome, self.healthy())
+        return self.elector.on_result(
+            now, self._inflight_id, outcome, self.healthy(), self.peer_healthy()
+        )
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -617,7 +657,12 @@ class LeaseInstance:
             stopper = loop.create_task(stop.wait(), name="stop-signal")
             while not stop.is_set():
                 now = time.monotonic()
-                self._apply(self.elector.poll(now, self.healthy(), random.random()), now)
+                self._apply(
+                    self.elector.poll(
+                        now, self.healthy(), random.random(), peer_healthy=self.peer_healthy()
+                    ),
+                    now,
+                )
                 waiters: set[asyncio.Future[Any]] = {stopper, worker}
                 if self._inflight is not None:
                     waiters.add(self._inflight)

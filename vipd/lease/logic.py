@@ -55,6 +55,30 @@ What it is
         the VIP through an outage therefore has ``lease_duration`` after the store comes back
         to renew before anyone may steal the Lease, and never races a peer for it.
 
+    Local health gives way to a healthy peer (issue 3 item 2; README "Lease election", "When
+    the local API server is unhealthy")
+        ``poll``/``on_result`` take ``healthy`` (the local API server, after ``fall``) and
+        ``peer_healthy`` (at least one *other* control-plane node's API server is healthy, as
+        this node's checker sees it; the driver computes it from ``health.peers``). Then:
+
+        - A **leader** (role `Role.LEADER`) that is unhealthy while a peer is healthy
+          **releases** the Lease at once (the graceful-stop write: no holder,
+          ``leaseDurationSeconds: 1``) and becomes a follower when the write succeeds, so a
+          peer acquires at its next read (within one ``retry_period``). The VIP goes at once:
+          on this node it reaches a dead API server anyway.
+        - A **follower** that is unhealthy while a peer is healthy does not take a free or
+          expired Lease (nor create a missing one) for one ``lease_duration`` after it first
+          found it takeable: a healthy peer's vipd gets that long to acquire it. If nobody
+          has, it acquires after all (the peer's API server answers but its vipd is not
+          running) and **keeps** the Lease until its own API server has been healthy again:
+          it gives way once per unhealthy spell, never flaps.
+        - **Without a healthy peer nothing changes**: a lone node, or one whose peers are all
+          down too, acquires and keeps the Lease with an unhealthy API server (``kubeadm
+          init`` needs the VIP before the first API server is up).
+        - With the unreachable-store rule: a leader kept there (`Role.HOLDING`) already steps
+          down when its local health turns bad; giving way needs a successful write, so in a
+          store outage the release fails like a renewal and the renew-deadline rules apply.
+
 What it must not do
     No I/O, no clock, no randomness: ``now`` (seconds on a monotonic clock), outcomes, local
     health and the jitter are passed in, and it returns `Send` requests and role changes for
@@ -161,6 +185,7 @@ class Purpose(enum.Enum):
     ACQUIRE = "acquire"  # from nobody, from an expired holder, or our own record after restart
     RENEW = "renew"
     RELEASE = "release"
+    YIELD = "yield"  # unhealthy, with a healthy peer: the release write, the process goes on
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +326,12 @@ class Elector:
     _next_id: int = 0
     _conflict_retry: bool = False
     _jitter: float = 0.0
+    # Giving way to a healthy peer: when an unhealthy follower first found the Lease takeable
+    # (its window of one duration starts there), and "keep it": we waited a full window and
+    # nobody took it, or we acquired it unhealthy with nobody healthy around.
+    takeable_since: float | None = None
+    keep_unhealthy: bool = False
+    stats_yields: int = 0
 
     # -- queries -------------------------------------------------------------------------
 
@@ -332,35 +363,55 @@ class Elector:
 
     # -- the driver's entry points -------------------------------------------------------
 
-    def poll(self, now: float, healthy: bool, jitter: float = 0.0) -> list[Action]:
-        """Call at start, at ``wake_at`` and whenever health changes. ``jitter`` in [0, 1)."""
+    def poll(
+        self, now: float, healthy: bool, jitter: float = 0.0, peer_healthy: bool = False
+    ) -> list[Action]:
+        """Call at start, at ``wake_at`` and whenever health changes. ``jitter`` in [0, 1).
+        ``peer_healthy``: another node's API server is healthy (see the module docstring)."""
         actions: list[Action] = []
         self._jitter = min(max(jitter, 0.0), 0.999)
         if self.released:
             return actions
+        self._health(healthy)
         if self.pending is not None:
             if now < self.pending.abandon_at:
                 actions += self._check_deadline(now, healthy)
                 self._wake(min(self.pending.abandon_at, self._deadline_or(now, self.pending)))
                 return actions
             # The driver gave up waiting: the answer, if it ever comes, is ignored.
-            actions += self._result(now, self.pending.request, Unreachable("abandoned"), healthy)
+            actions += self._result(
+                now, self.pending.request, Unreachable("abandoned"), healthy, peer_healthy
+            )
             return actions
         actions += self._check_deadline(now, healthy)
         if self.role is Role.HOLDING and not healthy:
             actions += self._step_down(now, "local API server unhealthy while holding the VIP")
+        if (
+            self.role is Role.LEADER
+            and not healthy
+            and peer_healthy
+            and not self.keep_unhealthy
+            and (not self.failures or now >= self.wake_at)  # after a failure: every period
+        ):
+            return actions + self._give_way(now)
         if now >= self.wake_at:
             actions += self._start_round(now)
         return actions
 
     def on_result(
-        self, now: float, request_id: int, outcome: Outcome, healthy: bool
+        self,
+        now: float,
+        request_id: int,
+        outcome: Outcome,
+        healthy: bool,
+        peer_healthy: bool = False,
     ) -> list[Action]:
         """The answer to request ``request_id``; a stale or abandoned id is ignored."""
         p = self.pending
         if p is None or p.request.id != request_id:
             return []
-        return self._result(now, p.request, outcome, healthy)
+        self._health(healthy)
+        return self._result(now, p.request, outcome, healthy, peer_healthy)
 
     def release(self, now: float, timeout: float) -> list[Action]:
         """Graceful stop: give the Lease up if we hold it. The VIP stays until the write is
@@ -386,6 +437,45 @@ class Elector:
         return [Send(req)]
 
     # -- internals -----------------------------------------------------------------------
+
+    def _health(self, healthy: bool) -> None:
+        if healthy:
+            # A new unhealthy spell starts with a clean slate: give way again then.
+            self.takeable_since = None
+            self.keep_unhealthy = False
+
+    def _give_way(self, now: float) -> list[Action]:
+        """Unhealthy leader, healthy peer: release the Lease (the graceful-stop write)."""
+        rec = self.observed
+        if rec is None:
+            return []
+        req = self._request(
+            Verb.UPDATE,
+            Purpose.YIELD,
+            self._timeout(now),
+            resource_version=rec.resource_version,
+            holder=None,
+            duration_seconds=1,
+            transitions=rec.transitions,
+            stamp_acquire=True,
+        )
+        return self._send(now, req)
+
+    def _may_take(self, now: float, healthy: bool, peer_healthy: bool) -> bool:
+        """May this follower take a takeable (free, expired, missing) Lease now? Not while it
+        is unhealthy and a healthy peer has not had one duration to take it."""
+        if healthy or not peer_healthy or self.keep_unhealthy:
+            return True
+        if self.takeable_since is None:
+            self.takeable_since = now
+        until = self.takeable_since + self.params.duration
+        if now >= until:
+            # Nobody healthy took it in a whole duration (their vipd is not running): take it
+            # and keep it until our own API server recovers.
+            self.keep_unhealthy = True
+            return True
+        self._wake(min(self._next_poll(now), until))
+        return False
 
     def _deadline_or(self, now: float, p: _Pending) -> float:
         d = self.renew_deadline_at
@@ -495,7 +585,14 @@ class Elector:
         self._wake(min(self.wake_at, now + self.params.retry_period))
         return [BecomeFollower(reason)]
 
-    def _result(self, now: float, req: Request, outcome: Outcome, healthy: bool) -> list[Action]:
+    def _result(
+        self,
+        now: float,
+        req: Request,
+        outcome: Outcome,
+        healthy: bool,
+        peer_healthy: bool = False,
+    ) -> list[Action]:
         p = self.pending
         sent_at = p.sent_at if p is not None else now
         self.pending = None
@@ -504,14 +601,27 @@ class Elector:
         if self.releasing:
             return []
         actions: list[Action] = []
+        if req.purpose is Purpose.YIELD and isinstance(outcome, Ok) and self.leader:
+            self._observe(now, outcome.record)
+            self.takeable_since = now  # our own window starts now: a healthy peer goes first
+            self.stats_yields += 1
+            actions += self._step_down(
+                now,
+                "local API server unhealthy and a peer's is healthy: gave the Lease up "
+                "for the peer to take over",
+            )
+            self._wake(self._next_poll(now))
+            return actions
         if isinstance(outcome, Ok):
-            actions += self._ok(now, sent_at, req, outcome.record, healthy)
+            actions += self._ok(now, sent_at, req, outcome.record, healthy, peer_healthy)
         elif isinstance(outcome, NotFound):
             self.observed, self.observed_at = None, None
             self.lost_sight = False
             if self.role is not Role.FOLLOWER:
                 # Our Lease was deleted under us: whoever creates it next leads.
                 actions += self._step_down(now, "the Lease was deleted")
+            if not self._may_take(now, healthy, peer_healthy):
+                return actions
             actions += self._send(
                 now,
                 self._request(
@@ -557,7 +667,13 @@ class Elector:
         return []
 
     def _ok(
-        self, now: float, sent_at: float, req: Request, rec: Record, healthy: bool
+        self,
+        now: float,
+        sent_at: float,
+        req: Request,
+        rec: Record,
+        healthy: bool,
+        peer_healthy: bool = False,
     ) -> list[Action]:
         me = self.params.identity
         actions: list[Action] = []
@@ -597,6 +713,8 @@ class Elector:
             return self._send(now, self._renew_request(now, rec))
         exp = self.expires_at()
         if not holder or holder == me or (exp is not None and now >= exp):
+            if not self._may_take(now, healthy, peer_healthy):
+                return actions
             req2 = self._request(
                 Verb.UPDATE,
                 Purpose.ACQUIRE,
@@ -611,6 +729,7 @@ class Elector:
                 acquire_time=rec.acquire_time if holder == me else None,
             )
             return self._send(now, req2)
+        self.takeable_since = None  # someone holds it: a later free Lease opens a new window
         self._wake(self._next_poll(now))
         return actions
 
