@@ -1,0 +1,142 @@
+"""Lease mode gives way to a healthy peer, never a lone node: real vipd processes in network
+namespaces, the real ``kubernetes`` client against the Lease API emulator (5/3/1 profile),
+and each node's stand-in API server (``vipd.lab.responder`` with its HTTPS ``/readyz``), which
+the tests make fail.
+
+What it tests:
+
+- 3 nodes, each checking its own stand-in and its 2 peers' (``health.peers``, written by the
+  lab), with ``health.path: /readyz?exclude=etcd``: the leader's API server dies (killed) or
+  answers 500 → the leader releases the Lease and a healthy node holds the VIP within
+  ``fall × interval + timeout`` (noticing) + 0.25 s (the loop's poll) + ``retry_period`` (the
+  peer's next read) + a margin; nobody else moves, and the VIP does not come back when the
+  API server recovers (no preemption in Lease mode); never two leaders at once;
+- a lone node with no API server at all (``kubeadm init``) creates the Lease, takes the VIP
+  and keeps it past several lease durations;
+- ``vipd lab --election lease --fault apidown`` fails over in every round.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.netns.test_lease import LeaseCluster, wait_for
+from vipd.lab import faults, runner
+from vipd.lab.daemons import HealthSpec, LeaseSpec, VipdDaemon, VrrpSpec
+from vipd.lab.responder import Responder
+from vipd.lab.topology import CLIENT4, VIP4, Lab
+from vipd.lease.emulator import Emulator, serve_in_netns
+
+PORT = 16443
+D, R, P = 5, 3.0, 1.0
+HEALTH = HealthSpec(path="/readyz?exclude=etcd")  # 0.2 s interval, 0.15 timeout, rise/fall 2
+POLL = 0.25  # vipd.lease.driver.MAX_SLEEP: the loop sees a health change within this
+MARGIN = 1.5  # scheduling slack on a shared, loaded 2-core machine
+
+
+class Gated(LeaseCluster):
+    api: dict[str, Responder]
+
+
+@pytest.fixture
+def gated_lease(make_lab: Callable[..., Lab]) -> Iterator[Callable[..., Gated]]:
+    made: list[Gated] = []
+
+    def build(nodes: int, api: bool = True) -> Gated:
+        lab = make_lab(nodes)
+        emu = Emulator(lab.workdir, [n.name for n in lab.nodes], host=CLIENT4, port=PORT)
+        for n in lab.nodes:
+            emu.kubeconfig(n.name)
+        serve_in_netns(emu, lab.client_ns)
+        spec = VrrpSpec(
+            vip=VIP4, lease=LeaseSpec(f"https://{CLIENT4}:{PORT}", D, R, P), health=HEALTH
+        )
+        daemons = {n.name: VipdDaemon(lab, n, spec, lab.nodes) for n in lab.nodes}
+        c = Gated(lab, emu, daemons)
+        c.api = {n.name: Responder(lab, n, 6443, HEALTH.port) for n in lab.nodes}
+        made.append(c)
+        if api:
+            for r in c.api.values():
+                r.start()
+        c.record()
+        for d in daemons.values():
+            d.start()
+        assert wait_for(lambda: all(c.started(n) for n in daemons), 30, 0.05) is not None, c.logs()
+        return c
+
+    try:
+        yield build
+    finally:
+        for c in made:
+            c.stop_recording()
+            for d in c.daemons.values():
+                d.stop(signal.SIGKILL, timeout=5)
+            for r in c.api.values():
+                r.stop(signal.SIGKILL)
+            c.emu.stop()
+
+
+def all_healthy(c: Gated) -> bool:
+    """Every vipd has seen every API server healthy (3 targets each: local + 2 peers)."""
+    return all(d.log_text().count('msg="API server healthy"') >= 3 for d in c.daemons.values())
+
+
+@pytest.mark.parametrize("failure", ["killed", "fail"])
+def test_the_vip_leaves_a_lease_leader_whose_api_server_fails(
+    gated_lease: Callable[..., Gated], failure: str
+) -> None:
+    c = gated_lease(3)
+    old = c.leader()
+    assert wait_for(lambda: all_healthy(c), 10.0, 0.05) is not None, c.logs()
+    log = c.daemons[old].log_text()
+    assert "lease: health gating on" in log and "exclude=etcd" in log, log
+    t0 = time.time()
+    if failure == "killed":
+        faults.apidown(c.lab, faults.NodeRig(c.lab.node(old), c.daemons[old], c.api[old]))
+    else:
+        c.api[old].set_health("fail")  # HTTP 500
+    bound = HEALTH.detection_bound() + POLL + P + MARGIN
+    took = wait_for(lambda: len(c.holders()) == 1 and c.holders() != [old], bound)
+    assert took is not None, f"after {bound:.2f} s: holders {c.holders()}\n{c.logs()}"
+    (new,) = c.holders()
+    assert "gave the Lease up for the peer to take over" in c.daemons[old].log_text(), c.logs()
+    got = c.became_leader_after(t0, exclude=old)
+    assert got is not None and got[0] == new and got[1] - t0 <= bound, (got, c.logs())
+    # It stays there, also once the old leader's API server is back: no preemption.
+    if failure == "killed":
+        c.api[old].start()
+    else:
+        c.api[old].set_health("ok")
+    moved = wait_for(lambda: c.holders() != [new], D + 2 * P, 0.05)
+    assert moved is None, f"the VIP moved to {c.holders()}\n{c.logs()}"
+    assert c.leaders_now() == [new]
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_a_lone_lease_node_without_an_api_server_takes_and_keeps_the_vip(
+    gated_lease: Callable[..., Gated],
+) -> None:
+    c = gated_lease(1, api=False)  # kubeadm init: no API server on the node yet
+    took = wait_for(lambda: c.holders() == ["n1"], P + 2.0 + MARGIN)
+    assert took is not None, c.logs()
+    log = c.daemons["n1"].log_text()
+    assert "no peers listed: this node never gives way" in log, log
+    assert 'msg="API server healthy"' not in log  # it never was
+    lost = wait_for(lambda: c.holders() != ["n1"], 2 * D + P, 0.05)
+    assert lost is None, f"holders {c.holders()}\n{c.logs()}"
+    assert c.daemons["n1"].log_text().count("became leader") == 1
+
+
+def test_lab_fault_apidown_in_lease_mode(netns_ok: None) -> None:
+    report: dict[str, Any] = runner.execute(
+        runner.Options(fault="apidown", rounds=2, election="lease")
+    )
+    assert report["summary"]["ok"], runner.render_table(report)
+    for r in report["rounds"]:
+        assert r["new_leader"] != r["old_leader"], r
