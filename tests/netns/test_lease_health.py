@@ -101,9 +101,15 @@ def test_the_vip_leaves_a_lease_leader_whose_api_server_fails(
     else:
         c.api[old].set_health("fail")  # HTTP 500
     bound = HEALTH.detection_bound() + POLL + P + MARGIN
-    took = wait_for(lambda: len(c.holders()) == 1 and c.holders() != [old], bound)
+    seen: list[str] = []
+
+    def moved_to_one() -> bool:
+        seen[:] = c.holders()
+        return len(seen) == 1 and seen != [old]
+
+    took = wait_for(moved_to_one, bound)
     assert took is not None, f"after {bound:.2f} s: holders {c.holders()}\n{c.logs()}"
-    (new,) = c.holders()
+    (new,) = seen
     assert "gave the Lease up for the peer to take over" in c.daemons[old].log_text(), c.logs()
     got = c.became_leader_after(t0, exclude=old)
     assert got is not None and got[0] == new and got[1] - t0 <= bound, (got, c.logs())
