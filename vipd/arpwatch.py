@@ -9,9 +9,9 @@ What it is: the driver for ``vipd.conflict`` (RFC 5227 / RFC 4862 §5.4):
   answered, listen for VRRP adverts of our VRID that carry the VIP for up to 4 advert
   intervals (a backup's longest Master_Down_Interval is 3 intervals + Skew_Time < 1
   interval): heard → the VIP is VRRP-managed, go on; not heard → a foreign host has it,
-  and vipd refuses to claim it (the caller exits 2 and says who). IPv4 and IPv6 (a DAD
-  Neighbor Solicitation from ``::``). VRRP mode only: in Lease mode the current holder is
-  another vipd that sends no adverts.
+  and vipd refuses to claim it (``vipd check`` exits 2 and says who; ``vipd run`` waits
+  and probes again). IPv4 and IPv6 (a DAD Neighbor Solicitation from ``::``). VRRP mode
+  only: in Lease mode the current holder is another vipd that sends no adverts.
 - ``ClaimWatch``: while running (IPv4), a packet socket on the interface for ARP; every
   ARP frame whose sender IP is the VIP and whose sender MAC is not ours (a gratuitous ARP
   or a reply from another host) is handed to a callback, which counts and logs it when

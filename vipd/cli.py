@@ -9,9 +9,11 @@ What it must not do: hold logic of its own beyond choosing what to run.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -19,10 +21,12 @@ from vipd import __version__
 
 if TYPE_CHECKING:
     from vipd.config import Config
+    from vipd.conflict import Conflict
     from vipd.preflight import Preflight
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 3  # metrics.listen is taken (another vipd on this node?): vipd.httpd
+CONFLICT_RETRY = 1.0  # s between probes while a foreign host holds the VIP (vipd run)
 
 
 def _load(path: str | None) -> tuple[Config, Preflight]:
@@ -86,10 +90,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except httpd.ListenError as exc:
         print(f"vipd: {exc}", file=sys.stderr)
         return EXIT_LISTEN
-    conflict = _check_conflict(cfg, pre)  # before any log line: an error is one line
     logger = vlog.setup(cfg.log.format, cfg.log.level)
     for finding in pre.findings:
         logger.info("preflight", extra={"fields": {"finding": finding}})
+    conflict = _wait_out_conflict(cfg, pre, logger)
     if conflict is not None:
         logger.info("preflight", extra={"fields": {"finding": conflict}})
     logger.info(
@@ -97,6 +101,48 @@ def cmd_run(args: argparse.Namespace) -> int:
         extra={"fields": {"listen": cfg.metrics.listen, "paths": "/metrics /healthz /readyz"}},
     )
     return daemon.run(cfg, pre, endpoint)
+
+
+def _wait_out_conflict(cfg: Config, pre: Preflight, logger: logging.Logger) -> str | None:
+    """``vipd run``: while a foreign host answers for the VIP, stay out of the election and
+    probe again every ``CONFLICT_RETRY`` s; join once it is gone. Exiting instead would turn
+    a transient holder (another node's crash leftover, removed when its vipd restarts) into
+    a node that never joins under systemd, which does not restart after exit 2."""
+    from vipd import arpwatch
+
+    if cfg.election.mode != "vrrp":
+        return None
+    refused = 0
+    while True:
+        found = arpwatch.check(cfg, pre)
+        if not found.foreign:
+            break
+        refused += 1
+        if refused in (1, 2) or refused % 30 == 0:
+            logger.warning(
+                "VIP held by another host",
+                extra={
+                    "fields": {
+                        "problem": found.describe(),
+                        "macs": ",".join(found.macs),
+                        "probes": refused,
+                        "retry_s": CONFLICT_RETRY,
+                    }
+                },
+            )
+        time.sleep(CONFLICT_RETRY)
+    if refused:
+        logger.info("VIP no longer held by another host: joining", extra={"fields": {}})
+    return _describe_probe(cfg, pre, found)
+
+
+def _describe_probe(cfg: Config, pre: Preflight, found: Conflict) -> str:
+    if found.macs:
+        return (
+            f"VIP {cfg.vip} answered by {', '.join(found.macs)}: held by the VRRP router "
+            f"{', '.join(found.vrrp_heard)} advertising VRID {cfg.election.vrrp.vrid}"
+        )
+    return f"no other host answered a probe for VIP {cfg.vip} on {pre.link.name}"
 
 
 def _check_conflict(cfg: Config, pre: Preflight) -> str | None:
@@ -110,12 +156,7 @@ def _check_conflict(cfg: Config, pre: Preflight) -> str | None:
     if found.foreign:
         print(f"vipd: config error: vip: {found.describe()}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG)
-    if found.macs:
-        return (
-            f"VIP {cfg.vip} answered by {', '.join(found.macs)}: held by the VRRP router "
-            f"{', '.join(found.vrrp_heard)} advertising VRID {cfg.election.vrrp.vrid}"
-        )
-    return f"no other host answered a probe for VIP {cfg.vip} on {pre.link.name}"
+    return _describe_probe(cfg, pre, found)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

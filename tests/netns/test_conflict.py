@@ -3,8 +3,10 @@
 What it tests:
 
 - a host on the segment (the lab's client) already has the VIP before vipd starts: `vipd
-  check` and `vipd run` both exit 2 with one line that names that host's MAC, and leave
-  the node untouched; IPv4 (ARP probe from 0.0.0.0) and IPv6 (DAD solicitation from ::);
+  check` exits 2 with one line that names that host's MAC and leaves the node untouched;
+  `vipd run` stays out of the election, logs who has the VIP, probes again, and joins
+  once the address is gone; IPv4 (ARP probe from 0.0.0.0) and IPv6 (DAD solicitation
+  from ::);
 - a VIP held by a VRRP master of our VRID is not a conflict: `vipd check` on a backup node
   says who holds it and exits 0, and a backup started meanwhile joins as usual;
 - a foreign host announcing the VIP (gratuitous ARP from its MAC) while vipd leads is
@@ -53,16 +55,35 @@ def test_a_vip_already_answered_by_another_host_is_refused(
         lab.ip(lab.client_ns, "addr", "add", f"{vip}/{plen}", "dev", "eth0", *extra)
         path = config_for(lab, "n1", vip)
         before = lab.ip(lab.node("n1").ns, "addr", "show")
-        for cmd in ("check", "run"):
-            code, out, err = vipd(lab, "n1", cmd, "--config", path)
-            assert code == 2, (vip, cmd, code, out, err)
-            lines = err.strip().splitlines()
-            assert len(lines) == 1, (vip, cmd, err)
-            assert f"{vip} is already in use on eth0 by {client_mac}" in lines[0], lines[0]
-            assert "refusing to claim it" in lines[0]
+        code, out, err = vipd(lab, "n1", "check", "--config", path)
+        assert code == 2, (vip, code, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, (vip, err)
+        assert f"{vip} is already in use on eth0 by {client_mac}" in lines[0], lines[0]
+        assert "refusing to claim it" in lines[0]
         assert lab.ip(lab.node("n1").ns, "addr", "show") == before
-        lab.ip(lab.client_ns, "addr", "del", f"{vip}/{plen}", "dev", "eth0")
-        # Gone from the other host: the same config checks clean.
+        # `vipd run` stays out of the election, says who has the VIP, and probes again.
+        d = make_daemon("vipd", lab, lab.node("n1"), VrrpSpec(vip=vip))
+        d.start()
+        try:
+            deadline = time.monotonic() + 10
+            while "VIP held by another host" not in d.log_text():
+                assert d.running() and time.monotonic() < deadline, d.log_text()
+                time.sleep(0.05)
+            time.sleep(2.5)  # several probes and far more than a Master_Down_Interval
+            assert d.running(), d.log_text()
+            assert client_mac in d.log_text() and "refusing to claim it" in d.log_text()
+            assert d.state() is None, d.log_text()
+            assert "n1" not in lab.holders(vip)
+            lab.ip(lab.client_ns, "addr", "del", f"{vip}/{plen}", "dev", "eth0")
+            # Gone from the other host: the waiting vipd joins and, alone, takes the VIP.
+            while lab.holders(vip) != ["n1"]:
+                assert d.running() and time.monotonic() < deadline + 10, d.log_text()
+                time.sleep(0.05)
+            assert "no longer held by another host" in d.log_text()
+        finally:
+            d.stop()
+        # And the same config now checks clean.
         code, out, err = vipd(lab, "n1", "check", "--config", path)
         assert code == 0, err
         assert f"no other host answered a probe for VIP {vip}" in out, out
