@@ -10,8 +10,7 @@ What this module does
 
     Every value is checked before anything is returned: there is no half-applied config.
     Unknown keys are errors at every level (a typo must not silently become a default), and so
-    are the keys of features this version does not have yet (``health``, ``ipvs``,
-    ``election.vrrp.vmac``).
+    are the keys of features this version does not have yet (``_NOT_IMPLEMENTED``).
 
 What it must not do
     It is part of the pure core (``docs/architecture.md``): no asyncio, socket, pyroute2, time
