@@ -18,6 +18,8 @@ What it tests:
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -81,6 +83,19 @@ def gated_lease(make_lab: Callable[..., Lab]) -> Iterator[Callable[..., Gated]]:
             c.emu.stop()
 
 
+def fetch(c: Gated, node: str, path: str) -> str:
+    """GET http://127.0.0.1:2112/<path> inside ``node`` (vipd's metrics endpoint)."""
+    code = (
+        "import urllib.request as u; "
+        f"print(u.urlopen('http://127.0.0.1:2112/{path}', timeout=5).read().decode())"
+    )
+    return c.lab.exec(c.lab.node(node).ns, ["python3", "-c", code]).stdout
+
+
+def status(c: Gated, node: str) -> dict[str, Any]:
+    return dict(json.loads(fetch(c, node, "status")))
+
+
 def all_healthy(c: Gated) -> bool:
     """Every vipd has seen every API server healthy (3 targets each: local + 2 peers)."""
     return all(d.log_text().count('msg="API server healthy"') >= 3 for d in c.daemons.values())
@@ -113,6 +128,16 @@ def test_the_vip_leaves_a_lease_leader_whose_api_server_fails(
     assert "gave the Lease up for the peer to take over" in c.daemons[old].log_text(), c.logs()
     got = c.became_leader_after(t0, exclude=old)
     assert got is not None and got[0] == new and got[1] - t0 <= bound, (got, c.logs())
+    # What the old leader's /status says (vipd status): it gave way, once, and why.
+    st = status(c, old)
+    assert st["role"] == "follower" and st["lease"]["gave_way"] == 1, st
+    assert st["lease"]["local_healthy"] is False and st["lease"]["peer_healthy"] is True, st
+    names = sorted((b["name"], b["healthy"]) for b in st["backends"])
+    assert names == [("local", False), ("peer", True), ("peer", True)], st["backends"]
+    metrics = fetch(c, old, "metrics")
+    assert 'vipd_health_backend_healthy{backend="127.0.0.1",local="true"} 0.0' in metrics
+    gave_way = r'vipd_role_transitions_total\{[^}]*reason="unhealthy"[^}]*\} 1\.0'
+    assert re.search(gave_way, metrics), metrics
     # It stays there, also once the old leader's API server is back: no preemption.
     if failure == "killed":
         c.api[old].start()

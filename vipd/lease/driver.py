@@ -572,13 +572,16 @@ class LeaseInstance:
                 "retry_period_s": self.lease.retry_period,
                 "last_renewal_age_s": None if last is None else round(now - last, 6),
                 "credentials": self.api.using.label if self.api else None,
+                "local_healthy": self.healthy(),
+                "peer_healthy": self.peer_healthy(),
+                "gave_way": e.stats_yields,
             },
             "master": None
             if not holder
             else {"address": holder, "priority": None, "self": holder == self.cfg.node,
                   "advert_age_s": None},
             "peers": [],
-            "backends": [],
+            "backends": self._backends(),
             "counters": {
                 "transitions": self.transitions,
                 "renewals": e.stats_renewals,
@@ -586,6 +589,28 @@ class LeaseInstance:
                 "garp_sent": self.garp_sent,
             },
         }  # fmt: skip
+
+    def _backends(self) -> list[dict[str, Any]]:
+        """The checked API servers (local first, then the peers), as `vipd status` shows."""
+        if self.health is None:
+            return []
+        local = self.health.local
+        snap = self.health.snapshot()
+        out: list[dict[str, Any]] = []
+        for addr in sorted(snap, key=lambda a: (a != local, a.version, int(a))):
+            h = snap[addr]
+            detail = h.error or (f"HTTP {h.status}" if h.status is not None else "not checked yet")
+            out.append(
+                {
+                    "name": "local" if addr == local else "peer",
+                    "address": str(addr),
+                    "url": self.health.url(addr),
+                    "healthy": h.healthy,
+                    "detail": detail,
+                    "checks": h.checks,
+                }
+            )
+        return out
 
     def _publish(self, now: float) -> None:
         if self.endpoint is None:
