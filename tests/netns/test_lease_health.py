@@ -131,8 +131,16 @@ def test_the_vip_leaves_a_lease_leader_whose_api_server_fails(
     got = c.became_leader_after(t0, exclude=old)
     assert got is not None and got[0] == new and got[1] - t0 <= bound, (got, c.logs())
     # What the old leader's /status says (vipd status): it gave way, once, and why.
-    st = status(c, old)
-    assert st["role"] == "follower" and st["lease"]["gave_way"] == 1, st
+    # /status is a snapshot the loop publishes every 0.5 s: wait for one after the change.
+    snaps: list[dict[str, Any]] = []
+
+    def published() -> bool:
+        snaps[:] = [status(c, old)]
+        return bool(snaps[0]["role"] == "follower")
+
+    fresh = wait_for(published, 3.0, 0.1)
+    st = snaps[0]
+    assert fresh is not None and st["lease"]["gave_way"] == 1, st
     assert st["lease"]["local_healthy"] is False and st["lease"]["peer_healthy"] is True, st
     names = sorted((b["name"], b["healthy"]) for b in st["backends"])
     assert [n for n, _ in names] == ["local", "peer", "peer"], st["backends"]
