@@ -144,9 +144,16 @@ class ClaimWatch:
     """ARP frames from other MACs that claim the VIP (IPv4), for the event loop's reader."""
 
     def __init__(
-        self, ifname: str, mac: str, vip: IPv4Address, on_claim: Callable[[str], None]
+        self,
+        ifname: str,
+        mac: str,
+        vip: IPv4Address,
+        on_claim: Callable[[str], None],
+        also_own: str | None = None,
     ) -> None:
         self.own = parse_mac(mac)
+        # The virtual MAC (vipd.vmac) is ours too: our own announcements are sent from it.
+        self.also_own = parse_mac(also_own) if also_own else None
         self.vip = vip
         self.on_claim = on_claim
         self.sock = _open(ifname, ETH_P_ARP)
@@ -157,7 +164,7 @@ class ClaimWatch:
     def on_readable(self) -> None:
         for data in _frames(self.sock):
             claimant = parse_claim(data, self.vip)
-            if claimant is not None and claimant != self.own:
+            if claimant is not None and claimant not in (self.own, self.also_own):
                 self.on_claim(format_mac(claimant))
 
     def close(self) -> None:

@@ -103,11 +103,7 @@ ENV_OVERRIDES: Mapping[str, tuple[str, Literal["str", "int", "float"]]] = {
 # Keys of features that are designed (shared/design.md) but not built. They are rejected like
 # any unknown key, with a hint, so that nobody believes a health gate or IPVS is running.
 # One key per line: each lands with its own feature and leaves this list on its own line.
-_NOT_IMPLEMENTED = frozenset(
-    {
-        "election.vrrp.vmac",
-    }
-)
+_NOT_IMPLEMENTED: frozenset[str] = frozenset()
 
 
 class _Unset:
@@ -198,6 +194,7 @@ class Vrrp:
     preempt_delay: float = 0.0  # seconds
     unicast_peers: tuple[IPAddress, ...] = ()  # empty: multicast to 224.0.0.18 / ff02::12
     auth_pass: str | None = None  # VRRPv2 simple password (auth type 1)
+    vmac: bool = False  # RFC 5798 virtual MAC on a macvlan (vipd.vmac)
 
     @property
     def advert_interval_cs(self) -> int:
@@ -793,7 +790,7 @@ class _Validator:
             p,
             value,
             ("vrid", "priority", "advert_interval", "version", "preempt", "preempt_delay",
-             "unicast_peers", "auth_pass"),
+             "unicast_peers", "auth_pass", "vmac"),
         )  # fmt: skip
         if sec.get("vrid") is None:
             self.fail(
@@ -840,6 +837,7 @@ class _Validator:
 
         peers = self.unicast_peers(f"{p}.unicast_peers", sec.get("unicast_peers", []), vip)
         auth_pass = self.auth_pass(f"{p}.auth_pass", sec.get("auth_pass"), version)
+        vmac = self.vmac(f"{p}.vmac", sec.get("vmac", False), vip, peers)
         return Vrrp(
             vrid=vrid,
             priority=priority,
@@ -849,7 +847,22 @@ class _Validator:
             preempt_delay=preempt_delay,
             unicast_peers=peers,
             auth_pass=auth_pass,
+            vmac=vmac,
         )
+
+    def vmac(self, key: str, value: object, vip: IPAddress, peers: tuple[IPAddress, ...]) -> bool:
+        """The virtual MAC option (vipd.vmac): IPv4 multicast only in this version."""
+        if not isinstance(value, bool):
+            self.fail(key, "must be true or false", value)
+        if value and isinstance(vip, IPv6Address):
+            self.fail(key, "is only supported with an IPv4 VIP in this version", value)
+        if value and peers:
+            self.fail(
+                key,
+                "is only supported with multicast adverts (no unicast_peers) in this version",
+                value,
+            )
+        return value
 
     def advert_interval(self, key: str, sec: Mapping[str, Any], version: int) -> float:
         value = sec.get("advert_interval", 1.0)

@@ -32,6 +32,7 @@ from vipd import __version__, metrics, sched, sdnotify
 from vipd import log as vlog
 from vipd.actuators.address import AddressActuator
 from vipd.actuators.announce import Announcer
+from vipd.actuators.vmac import VmacLink
 from vipd.arpwatch import ClaimWatch
 from vipd.config import Config
 from vipd.controller import Controller, GarpPolicy
@@ -115,6 +116,9 @@ class VrrpInstance:
         self._timer: asyncio.TimerHandle | None = None
         self._fatal: asyncio.Future[None] | None = None
         self.transport: Transport | None = None
+        # election.vrrp.vmac: the macvlan and its send-only socket (the leader's adverts).
+        self.vmac: VmacLink | None = None
+        self.sender: Transport | None = None
         self.controller: Controller | None = None
         self.address: AddressActuator | None = None
         self.announcer: Announcer | None = None
@@ -164,9 +168,12 @@ class VrrpInstance:
 
     def _send_advert(self, priority: int) -> None:
         assert self.transport is not None
+        # Only a leader (or a leader resigning) sends adverts, so with a virtual MAC they all
+        # leave from it (RFC 9568 §7.3: the Active router's source MAC is the virtual MAC).
+        sender = self.sender or self.transport
         for message, dst in self._messages(priority):
             try:
-                self.transport.send(message, dst)
+                sender.send(message, dst)
                 self.stats.adverts_sent += 1
                 metrics.VRRP_ADVERTS_SENT.inc()
                 self._send_error = None
@@ -516,10 +523,28 @@ class VrrpInstance:
             self.endpoint.beat(time.monotonic())
             heart = loop.create_task(self.endpoint.heartbeat(self._publish), name="heartbeat")
         try:
-            mac = parse_mac(self.pre.link.mac)
+            vip_ifname, vip_ifindex, vip_mac = self.ifname, self.ifindex, self.pre.link.mac
+            if self.vrrp.vmac:
+                self.vmac = VmacLink(self.ifname, self.ifindex, self.vrrp.vrid)
+                # In a thread: pyroute2's IPRoute runs an asyncio loop of its own, which
+                # cannot start inside this (running) one. Start-up only.
+                vip_ifindex = await asyncio.to_thread(self.vmac.start)
+                vip_ifname, vip_mac = self.vmac.name, self.vmac.mac
+                self.log.info(
+                    "virtual MAC on",
+                    extra={
+                        "fields": {
+                            "link": vip_ifname,
+                            "mac": vip_mac,
+                            "parent": self.ifname,
+                            "reused_leftover": self.vmac.reused,
+                        }
+                    },
+                )
+            mac = parse_mac(vip_mac)
             frame = announcement(mac, self.cfg.vip)
-            self.announcer = Announcer(self.ifname, frame, self._count_garp)
-            self.address = AddressActuator(self.ifindex, self.cfg.vip)
+            self.announcer = Announcer(vip_ifname, frame, self._count_garp)
+            self.address = AddressActuator(vip_ifindex, self.cfg.vip)
             self.controller = Controller(
                 address=self.address,
                 announcer=self.announcer,
@@ -538,6 +563,10 @@ class VrrpInstance:
                 source=self.source,
                 unicast_peers=self.pre.unicast_peers,
             )
+            if self.vmac is not None:
+                self.sender = Transport(
+                    ifname=vip_ifname, ifindex=vip_ifindex, source=self.source, receive=False
+                )
             loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
             self.linkwatch = LinkWatch(self.ifindex, self._on_link)
             self._start_health()
@@ -694,7 +723,13 @@ class VrrpInstance:
         """IPv4: watch ARP for another MAC claiming the VIP (see vipd.arpwatch)."""
         if not isinstance(self.cfg.vip, IPv4Address):
             return
-        self.claimwatch = ClaimWatch(self.ifname, self.pre.link.mac, self.cfg.vip, self._on_claim)
+        self.claimwatch = ClaimWatch(
+            self.ifname,
+            self.pre.link.mac,
+            self.cfg.vip,
+            self._on_claim,
+            also_own=self.vmac.mac if self.vmac is not None else None,
+        )
         loop.add_reader(self.claimwatch.fileno(), self._guarded, self.claimwatch.on_readable)
 
     def _on_claim(self, mac: str) -> None:
@@ -848,10 +883,20 @@ class VrrpInstance:
             with contextlib.suppress(Exception):
                 loop.remove_reader(self.transport.fileno())
             self.transport.close()
+        if self.sender is not None:
+            self.sender.close()
         if self.announcer is not None:
             self.announcer.close()
         if self.address is not None:
             self.address.close()
+        if self.vmac is not None:
+            try:
+                await asyncio.to_thread(self.vmac.stop)
+            except Exception as exc:
+                self.log.error(
+                    "could not remove the virtual MAC link",
+                    extra={"fields": {"link": self.vmac.name, "error": exc}},
+                )
         self.log.info(
             "stopped",
             extra={

@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv6Address, IPv6Interface, ip_interface
 
+from vipd import vmac
 from vipd.config import Config, ConfigError
 
 __all__ = [
@@ -219,8 +220,15 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
         )
 
     stale_vip = False
+    # With election.vrrp.vmac the VIP lives on the macvlan vrrp.<vrid>: a leftover there is ours
+    # too (the macvlan is reused or replaced at start, which drops it).
+    vmac_link = (
+        vmac.link_name(cfg.election.vrrp.vrid)
+        if cfg.election.vrrp and cfg.election.vrrp.vmac
+        else None
+    )
     for other, a in leftovers:
-        if other.index != link.index:
+        if other.index != link.index and other.name != vmac_link:
             raise ConfigError(
                 "vip",
                 f"is already an address of this node ({other.name} {a.address}, deprecated: "
@@ -229,7 +237,8 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
             )
         stale_vip = True
         findings.append(
-            f"a stale VIP from an earlier run ({a.address} on {link.name}) will be removed at start"
+            f"a stale VIP from an earlier run ({a.address} on {other.name}) "
+            "will be removed at start"
         )
 
     if isinstance(vip, IPv4Address):

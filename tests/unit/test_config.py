@@ -157,9 +157,24 @@ def test_unknown_key_is_named_with_the_allowed_ones(
     assert "unknown key" in str(e) and allowed in str(e)
 
 
-def test_vmac_is_rejected_as_not_implemented() -> None:
-    e = error(doc(vmac=False))
-    assert e.key == "election.vrrp.vmac" and "not implemented" in str(e)
+def test_vmac_defaults_off_and_takes_a_bool() -> None:
+    assert parse(doc()).election.vrrp is not None and not parse(doc()).election.vrrp.vmac
+    on = parse(doc(vmac=True)).election.vrrp
+    assert on is not None and on.vmac
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None, [True]])
+def test_vmac_must_be_a_bool(bad: object) -> None:
+    e = error(doc(vmac=bad))
+    assert e.key == "election.vrrp.vmac" and "true or false" in str(e)
+
+
+def test_vmac_is_refused_with_ipv6_or_unicast() -> None:
+    v6 = {**doc(vmac=True), "vip": "fd00::100"}
+    e = error(v6)
+    assert e.key == "election.vrrp.vmac" and "IPv4" in str(e)
+    e = error(doc(vmac=True, unicast_peers=["10.0.0.2"]))
+    assert e.key == "election.vrrp.vmac" and "multicast" in str(e)
 
 
 def test_non_string_key() -> None:

@@ -23,6 +23,7 @@ PURE = [
     "health/http.py",
     "lab/timeline.py",
     "conflict.py",
+    "vmac.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
 

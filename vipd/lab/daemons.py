@@ -118,6 +118,7 @@ class VrrpSpec:
     interface: str = "eth0"
     health: HealthSpec | None = None  # vipd only: health checks and gating
     lease: LeaseSpec | None = None
+    vmac: bool = False  # vipd only: election.vrrp.vmac (the VIP on the macvlan vrrp.<vrid>)
 
     def __post_init__(self) -> None:
         family = ipaddress.ip_address(self.vip).version
@@ -285,6 +286,8 @@ class VipdDaemon(Daemon):
             "preempt": s.preempt,
             "unicast_peers": [p.addr(s.family) for p in self.peers] if s.unicast else [],
         }
+        if s.vmac:
+            vrrp["vmac"] = True
         if s.auth_pass is not None:
             # Not in the documented config yet; written so a mismatch fails loudly at load.
             vrrp["auth_pass"] = s.auth_pass

@@ -383,13 +383,20 @@ class Lab:
     # -- observation ---------------------------------------------------------------------
 
     def addresses(self, node: Node) -> list[str]:
-        out = self.ip(node.ns, "-j", "addr", "show", "dev", "eth0", check=False).strip()
+        """Addresses on eth0 and on a virtual-MAC macvlan ``vrrp.<vrid>`` (vipd.vmac)."""
+        out = self.ip(node.ns, "-j", "addr", "show", check=False).strip()
         if not out:
             return []
-        return [str(a["local"]) for link in json.loads(out) for a in link.get("addr_info", [])]
+        return [
+            str(a["local"])
+            for link in json.loads(out)
+            if link.get("ifname") == "eth0" or str(link.get("ifname", "")).startswith("vrrp.")
+            for a in link.get("addr_info", [])
+        ]
 
     def holders(self, vip: str) -> list[str]:
-        """Names of the nodes that have ``vip`` bound on eth0 right now (link up or not)."""
+        """Names of the nodes that have ``vip`` bound on eth0 (or its virtual-MAC macvlan)
+        right now (link up or not)."""
         want = ipaddress.ip_address(vip)
         return [
             node.name

@@ -68,7 +68,11 @@ class Transport:
         ifindex: int,
         source: IPAddress,
         unicast_peers: Iterable[IPAddress] = (),
+        receive: bool = True,
     ) -> None:
+        # receive=False: a send-only socket (the virtual MAC's macvlan sends the leader's
+        # adverts; they are received on the parent), so it joins no group.
+        self.receive_enabled = receive
         self.ifname = ifname
         self.ifindex = ifindex
         self.source = source
@@ -109,7 +113,7 @@ class Transport:
         sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
         mreqn = GROUP_V4.packed + b"\x00\x00\x00\x00" + struct.pack("@i", self.ifindex)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, mreqn)
-        if not self.unicast:
+        if not self.unicast and self.receive_enabled:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreqn)
 
     def _setup_v6(self, sock: socket.socket) -> None:
@@ -123,7 +127,7 @@ class Transport:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, self.ifindex)
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
-        if not self.unicast:
+        if not self.unicast and self.receive_enabled:
             mreq = GROUP_V6.packed + struct.pack("@I", self.ifindex)
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP, mreq)
 
