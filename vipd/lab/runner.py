@@ -95,6 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="VRRP to the other nodes' addresses instead of multicast",
     )
     parser.add_argument(
+        "--vmac",
+        action="store_true",
+        help="vipd only: the virtual MAC option (election.vrrp.vmac; IPv4 multicast)",
+    )
+    parser.add_argument(
         "--fault",
         choices=FAULTS,
         default="kill",
@@ -180,6 +185,7 @@ class Options:
     election: str = "vrrp"
     lease_timing: str = "5/3/1"
     health_spec: HealthSpec | None = None  # not a CLI option: the benchmark sets its timers
+    vmac: bool = False  # vipd only: election.vrrp.vmac
 
     @property
     def health_on(self) -> bool:
@@ -216,6 +222,7 @@ class Options:
             unicast=self.unicast,
             health=(self.health_spec or HealthSpec()) if self.health_on else None,
             lease=lease,
+            vmac=self.vmac,
         )
 
 
@@ -614,6 +621,7 @@ def _report(opts: Options, spec: VrrpSpec, lab: Lab, rounds: list[Round]) -> dic
             "version": spec.version,
             "advert_interval": spec.advert_interval,
             "unicast": spec.unicast,
+            "vmac": spec.vmac,
             "fault": opts.fault,
             "election": opts.election,
             "lease_timing": opts.lease_timing if opts.election == "lease" else None,
