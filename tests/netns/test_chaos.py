@@ -41,6 +41,7 @@ from vipd.lab.topology import VIP4, Lab
 from vipd.lab.watch import HolderWatch
 
 MARGIN = 0.5  # s on top of every protocol bound: a shared, noisy 2-core machine
+PREEMPT_GAP = 0.02  # s: advert sent, then the VIP bound; the old master drops in between
 PROBE_INTERVAL = 0.005
 STABLE = 0.2  # s of answers from one node only that count as "the client is served"
 
@@ -425,8 +426,9 @@ def test_fast_adverts_hold_steady_and_fail_over_to_the_right_node(
 def test_api_server_dying_on_the_leader_moves_the_vip(chaos_cluster: Callable[..., Rig]) -> None:
     """Health gating on: n1's API server (the stand-in behind its responder, :6443 and the
     HTTPS /readyz on :6444) is SIGKILLed. n1 notices within fall × interval + timeout,
-    advertises priority 1, and n2 preempts it; n1 keeps the VIP until then, so it is never
-    unowned, and the client is served by n2 after the detection bound + MDI(n2)."""
+    advertises priority 1, and n2 preempts it; n1 keeps the VIP until it hears n2's advert,
+    so it is unowned for at most the instant between n2's advert and n2's bind, and the
+    client is served by n2 after the detection bound + MDI(n2)."""
     health = HealthSpec()
     c = chaos_cluster(VrrpSpec(vip=VIP4, advert_interval=0.1, health=health))
     t_fail = time.monotonic()
@@ -438,8 +440,11 @@ def test_api_server_dying_on_the_leader_moves_the_vip(chaos_cluster: Callable[..
     assert took and took[0] - t_fail <= health.detection_bound() + c.mdi("n2") + MARGIN, c.report(
         t_fail
     )
-    # Make-before-break by construction: n1 lets go only when it hears n2's advert.
-    assert timeline.unowned(tl, t_fail, now) == [], c.report(t_fail)
+    # n1 lets go only when it hears n2's advert, and n2 sends that advert just before it
+    # binds the VIP (so an old master drops before n2's ARP, RFC 9568 §6.4.2): at most a
+    # sub-millisecond gap, which the address watch may or may not catch.
+    gaps = timeline.unowned(tl, t_fail, now)
+    assert timeline.longest(gaps) <= PREEMPT_GAP, (gaps, c.report(t_fail))
     assert timeline.longest(timeline.shared(tl, t_fail, now)) <= MARGIN, c.report(t_fail)
     assert timeline.acquisitions(tl, "n3", t_fail, now) == 0, c.report(t_fail)
     c.assert_converged("n2")
