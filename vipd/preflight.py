@@ -224,7 +224,7 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
     # too (the macvlan is reused or replaced at start, which drops it).
     vmac_link = (
         vmac.link_name(cfg.election.vrrp.vrid)
-        if cfg.election.vrrp and cfg.election.vrrp.vmac
+        if cfg.election.mode == "vrrp" and cfg.election.vrrp.vmac
         else None
     )
     for other, a in leftovers:

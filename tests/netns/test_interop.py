@@ -392,6 +392,17 @@ def run_life_cycle(pair: Pair) -> dict[str, float]:
     pair.steady(h, lo, pair.mdi(lo) + 0.6, since=low_start)
 
     # 2. H dies: L takes over within its Master_Down_Interval, counted from H's last advert.
+    if spec.unicast:
+        # L's takeover is read from its first advert on the wire. In unicast mode that advert
+        # goes to the dead H: without a neighbour entry for H the kernel holds it while ARP
+        # (or ND) fails and it never reaches the wire. A backup sends nothing, so whether
+        # L has an entry depends on whether H happened to resolve L lately; give it one, as
+        # on a real network where the nodes talk all the time.
+        h_mac = pair.lab.exec(h.node.ns, ["cat", "/sys/class/net/eth0/address"]).stdout.strip()
+        pair.lab.ip(
+            lo.node.ns, "neigh", "replace", h.node.addr(spec.family), "lladdr", h_mac,
+            "dev", "eth0", "nud", "reachable",
+        )  # fmt: skip
     t_kill = time.time()
     faults.kill(pair.lab, rig_h)
     pair.earlier_logs[h.node.name].append(h.log_text())

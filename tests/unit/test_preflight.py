@@ -386,3 +386,13 @@ def test_ipv6_unicast_to_global_peers_sends_from_the_global_address() -> None:
     assert str(check_host(c, host(eth0)).source) == "fd00:77::11"
     c = cfg("fd00:77::100", interface="eth0", unicast_peers=["fe80::12"])
     assert str(check_host(c, host(eth0)).source) == "fe80::11"
+
+
+def test_lease_mode_has_no_vrrp_section_to_read() -> None:
+    """Lease mode: preflight must not touch ``election.vrrp`` (it is unset and raises)."""
+    data: dict[str, Any] = {"node": "cp-1", "vip": "10.0.0.100", "election": {"mode": "lease"}}
+    c = parse(data)
+    eth0 = link("eth0", addr("10.0.0.1/24"), stale("10.0.0.100/32"))
+    pre = check_host(c, host(eth0))
+    assert pre.link == eth0 and pre.stale_vip is True
+    assert pre.unicast_peers == ()
