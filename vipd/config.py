@@ -883,27 +883,56 @@ class _Validator:
         return round(cs) / 100  # 0.1 stays 0.1, not 0.1 * 100 / 100 noise
 
     def unicast_peers(self, key: str, value: object, vip: IPAddress) -> tuple[IPAddress, ...]:
+        return self.node_addresses(
+            key,
+            value,
+            vip,
+            empty="must be a list of IP addresses (empty for multicast)",
+            what="a peer's address",
+            not_vip="must not be the VIP itself: list the other nodes' own addresses",
+            unicast="must be a unicast address of another node",
+            link_local_ok=True,
+        )
+
+    def node_addresses(
+        self,
+        key: str,
+        value: object,
+        vip: IPAddress,
+        *,
+        empty: str,
+        what: str,
+        not_vip: str,
+        unicast: str,
+        link_local_ok: bool,
+    ) -> tuple[IPAddress, ...]:
+        """A list of other nodes' addresses: IP literals of the VIP's family, unicast, not the
+        VIP, no duplicates; null is empty. The rules' wording is the caller's."""
         if value is None:
             return ()
         if not isinstance(value, list):
-            self.fail(key, "must be a list of IP addresses (empty for multicast)", value)
+            self.fail(key, empty, value)
         family = "IPv4" if isinstance(vip, IPv4Address) else "IPv6"
-        peers: list[IPAddress] = []
+        out: list[IPAddress] = []
         for i, item in enumerate(value):
             k = f"{key}[{i}]"
-            ip = self.ip_literal(k, item, what="a peer's address")
+            ip = self.ip_literal(k, item, what=what)
             if ip.version != vip.version:
                 self.fail(k, f"must be an {family} address, the family of the VIP", item)
             if ip == vip:
-                self.fail(
-                    k, "must not be the VIP itself: list the other nodes' own addresses", item
-                )
-            if ip.is_unspecified or ip.is_loopback or ip.is_multicast or ip in _V4_RESERVED:
-                self.fail(k, "must be a unicast address of another node", item)
-            if ip in peers:
-                self.fail(k, f"is listed twice (first as {key}[{peers.index(ip)}])", item)
-            peers.append(ip)
-        return tuple(peers)
+                self.fail(k, not_vip, item)
+            if (
+                ip.is_unspecified
+                or ip.is_loopback
+                or ip.is_multicast
+                or (ip.is_link_local and not link_local_ok)
+                or ip in _V4_RESERVED
+            ):
+                self.fail(k, unicast, item)
+            if ip in out:
+                self.fail(k, f"is listed twice (first as {key}[{out.index(ip)}])", item)
+            out.append(ip)
+        return tuple(out)
 
     def auth_pass(self, key: str, value: object, version: int) -> str | None:
         if value is None:
@@ -1111,31 +1140,16 @@ class _Validator:
         )
 
     def backends(self, key: str, value: object, vip: IPAddress) -> tuple[IPAddress, ...]:
-        if value is None:
-            return ()
-        if not isinstance(value, list):
-            self.fail(key, "must be a list of the control-plane nodes' IP addresses", value)
-        family = "IPv4" if isinstance(vip, IPv4Address) else "IPv6"
-        out: list[IPAddress] = []
-        for i, item in enumerate(value):
-            k = f"{key}[{i}]"
-            ip = self.ip_literal(k, item, what="a control-plane node's address")
-            if ip.version != vip.version:
-                self.fail(k, f"must be an {family} address, the family of the VIP", item)
-            if ip == vip:
-                self.fail(k, "must not be the VIP itself: list the nodes' own addresses", item)
-            if (
-                ip.is_unspecified
-                or ip.is_loopback
-                or ip.is_multicast
-                or ip.is_link_local
-                or ip in _V4_RESERVED
-            ):
-                self.fail(k, "must be a unicast address of a control-plane node", item)
-            if ip in out:
-                self.fail(k, f"is listed twice (first as {key}[{out.index(ip)}])", item)
-            out.append(ip)
-        return tuple(out)
+        return self.node_addresses(
+            key,
+            value,
+            vip,
+            empty="must be a list of the control-plane nodes' IP addresses",
+            what="a control-plane node's address",
+            not_vip="must not be the VIP itself: list the nodes' own addresses",
+            unicast="must be a unicast address of a control-plane node",
+            link_local_ok=False,
+        )
 
     def metrics(self, value: object) -> Metrics:
         sec = self.section("metrics", value, ("listen",))
