@@ -18,10 +18,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vipd import metrics
 from vipd.actuators.address import Op, plan
+
+if TYPE_CHECKING:
+    from vipd.config import Garp
 
 
 class Address(Protocol):
@@ -45,6 +48,13 @@ class GarpPolicy:
     interval: float = 0.01
     delay: float = 5.0
     refresh: float = 0.0
+
+    @classmethod
+    def from_config(cls, garp: Garp) -> GarpPolicy:
+        """The ``garp`` section as the controller's policy (both election backends)."""
+        return cls(
+            repeat=garp.repeat, interval=garp.interval, delay=garp.delay, refresh=garp.refresh
+        )
 
 
 @dataclass

@@ -548,12 +548,7 @@ class VrrpInstance:
             self.controller = Controller(
                 address=self.address,
                 announcer=self.announcer,
-                garp=GarpPolicy(
-                    repeat=self.cfg.garp.repeat,
-                    interval=self.cfg.garp.interval,
-                    delay=self.cfg.garp.delay,
-                    refresh=self.cfg.garp.refresh,
-                ),
+                garp=GarpPolicy.from_config(self.cfg.garp),
                 log=self.log,
             )
             worker = loop.create_task(self.controller.run(), name="controller")

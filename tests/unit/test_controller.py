@@ -148,3 +148,10 @@ def test_second_burst_after_delay_and_refresh() -> None:
         task.cancel()
 
     asyncio.run(scenario())
+
+
+def test_garp_policy_from_config_keeps_every_field() -> None:
+    from vipd.config import Garp
+
+    g = Garp(repeat=3, interval=0.02, refresh=7.0, delay=1.5)
+    assert GarpPolicy.from_config(g) == GarpPolicy(repeat=3, interval=0.02, delay=1.5, refresh=7.0)
