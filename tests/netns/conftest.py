@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.prereq import missing
 from vipd.lab.topology import Lab
 
 
@@ -35,26 +36,17 @@ def _netns_problem() -> str | None:
     return None
 
 
-def _skip_or_fail(reason: str) -> None:
-    """Skip with the reason printed; in CI (root, set up by scripts/setup) fail instead: a
-    skipped test there would be a check that silently stopped running."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI must run this test, but: {reason}")
-    print(f"\nskipping: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def netns_ok() -> None:
     problem = _netns_problem()
     if problem is not None:
-        _skip_or_fail(problem)
+        missing(problem)
 
 
 @pytest.fixture(scope="session")
 def keepalived_ok(netns_ok: None) -> None:
     if shutil.which("keepalived") is None:
-        _skip_or_fail("needs keepalived (apt-get install keepalived; scripts/setup does it)")
+        missing("needs keepalived (apt-get install keepalived; scripts/setup does it)")
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.netns.conftest import _skip_or_fail
 from tests.netns.podman import IMAGE, Podman, missing_tools
+from tests.prereq import missing
 from vipd.lab.daemons import VipdDaemon, VrrpSpec
 from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, Lab
@@ -38,9 +38,9 @@ CAP_NET_ADMIN, CAP_NET_RAW = 12, 13
 
 @pytest.fixture(scope="module")
 def image(netns_ok: None) -> Iterator[Podman]:
-    missing = missing_tools()
-    if missing:
-        _skip_or_fail(f"needs {', '.join(missing)} (scripts/setup installs them)")
+    absent = missing_tools()
+    if absent:
+        missing(f"needs {', '.join(absent)} (scripts/setup installs them)")
     podman = Podman()
     started = time.monotonic()
     podman.ensure_base()

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from tests.prereq import missing
 from vipd.ipvs.discovery import EndpointSliceSource
 
 TOKEN = "vipd-test-token"
@@ -47,7 +48,7 @@ SLICES: dict[str, Any] = {
 class Stub:
     def __init__(self, tmp: Path) -> None:
         if shutil.which("openssl") is None:
-            pytest.skip("needs openssl (scripts/setup installs it)")
+            missing("needs openssl (scripts/setup installs it)")
         key, crt = tmp / "key.pem", tmp / "crt.pem"
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from tests.prereq import missing
 from vipd import httpd
 from vipd.lab import faults
 from vipd.lab.daemons import Daemon, HealthSpec, VipdDaemon, VrrpSpec, make_daemon
@@ -54,12 +55,6 @@ DASHBOARD = ROOT / "manifests" / "monitoring" / "vipd-dashboard.json"
 CLONE_NEWNET = 0x40000000
 PORT = 2112
 SCRAPE_INTERVAL = 0.5  # seconds; Prometheus accepts sub-second intervals
-
-
-def _skip_or_fail(reason: str) -> None:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI must run this test, but: {reason}")
-    pytest.skip(reason)
 
 
 def in_netns(ns: str, fn: Callable[[], T]) -> T:
@@ -276,7 +271,7 @@ def addr(lab: Lab, name: str) -> str:
 
 def test_prometheus_sees_one_leader_then_the_next_after_a_failover(cluster: Cluster) -> None:
     if shutil.which("prometheus") is None or shutil.which("promtool") is None:
-        _skip_or_fail("needs prometheus and promtool (apt-get install prometheus; scripts/setup)")
+        missing("needs prometheus and promtool (apt-get install prometheus; scripts/setup)")
     lab = cluster.lab
     prom = Prometheus(lab)
     prom.start()
@@ -370,7 +365,7 @@ def check_dashboard_and_rules(prom: Prometheus) -> None:
 
 def test_promtool_check_metrics_on_live_nodes(cluster: Cluster) -> None:
     if shutil.which("promtool") is None:
-        _skip_or_fail("needs promtool (apt-get install prometheus; scripts/setup does it)")
+        missing("needs promtool (apt-get install prometheus; scripts/setup does it)")
     for name in ("n1", "n2"):  # the leader and a follower, both after takeovers
         code, text = node_get(cluster.lab, name, "/metrics")
         assert code == 200

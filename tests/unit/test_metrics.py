@@ -6,9 +6,7 @@ exposition; where it is missing the test is skipped with the reason, and fails u
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
+from tests.prereq import promtool
 from vipd import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,16 +133,6 @@ def test_invalid_reasons_are_the_decoders() -> None:
     reasons = set(re.findall(r'DecodeError\(\s*"([a-z-]+)"', text))
     assert len(reasons) >= 8, reasons  # the pattern still finds the raises
     assert reasons <= set(metrics.INVALID_REASONS), reasons - set(metrics.INVALID_REASONS)
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        reason = "needs promtool (apt-get install prometheus; scripts/setup does it)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run this test, but: {reason}")
-        pytest.skip(reason)
-    return path
 
 
 def test_promtool_check_metrics_is_clean() -> None:

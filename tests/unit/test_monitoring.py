@@ -15,9 +15,7 @@ the promtool tests skip with the reason, and fail under CI=true.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.prereq import promtool
 from vipd import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,16 +114,6 @@ def label_values_metric(expr: str) -> str:
 
 
 # -- rules -----------------------------------------------------------------------------------
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        reason = "needs promtool (apt-get install prometheus; scripts/setup does it)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must run this test, but: {reason}")
-        pytest.skip(reason)
-    return path
 
 
 def test_promtool_check_rules() -> None:
