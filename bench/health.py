@@ -45,9 +45,9 @@ from typing import Any
 
 from vipd.lab import runner
 from vipd.lab.analysis import percentiles
-from vipd.lab.apiserver import make_ca, make_cert
 from vipd.lab.daemons import HealthSpec
 from vipd.lab.healthwatch import HealthWatch
+from vipd.lab.pki import make_ca, make_cert
 from vipd.lab.topology import Lab, python_argv, python_env
 from vipd.vrrp import state
 
@@ -103,7 +103,7 @@ def _servers(lab: Lab, cert: tuple[Path, Path]) -> list[Any]:
         proc = lab.spawn(
             node.ns,
             python_argv(
-                "vipd.lab.apiserver", "--port", "6443", "--cert", str(cert[0]),
+                "vipd.lab.fakes.apiserver", "--port", "6443", "--cert", str(cert[0]),
                 "--key", str(cert[1]),
             ),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=python_env(), text=True,

@@ -31,8 +31,8 @@ MARK = "IPVS_BENCH_JSON="
 
 def guest(rounds: int, interval: float, rise: int, fall: int) -> dict[str, Any]:
     from tests.vm.guest.ipvs_net import BACKENDS, PORT, VIP, Director, Net
-    from vipd.actuators.ipvs import IpvsActuator
     from vipd.config import Health
+    from vipd.ipvs.actuator import IpvsActuator
     from vipd.ipvs.plan import ServiceKey
 
     net = Net().build()

@@ -21,11 +21,11 @@ from vipd import __version__
 
 if TYPE_CHECKING:
     from vipd.config import Config
-    from vipd.conflict import Conflict
+    from vipd.host.conflict import Conflict
     from vipd.preflight import Preflight
 
 EXIT_CONFIG = 2
-EXIT_LISTEN = 3  # metrics.listen is taken (another vipd on this node?): vipd.httpd
+EXIT_LISTEN = 3  # metrics.listen is taken (another vipd on this node?): vipd.endpoint.server
 CONFLICT_RETRY = 1.0  # s between probes while a foreign host holds the VIP (vipd run)
 
 
@@ -79,8 +79,9 @@ def _check_lease(cfg: Config) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vipd import daemon, httpd
     from vipd import log as vlog
+    from vipd.endpoint import server as httpd
+    from vipd.vrrp import driver as daemon
 
     cfg, pre = _load(args.config)
     # The endpoint's port is bound before anything else happens: it is the per-node lock that
@@ -108,7 +109,7 @@ def _wait_out_conflict(cfg: Config, pre: Preflight, logger: logging.Logger) -> s
     probe again every ``CONFLICT_RETRY`` s; join once it is gone. Exiting instead would turn
     a transient holder (another node's crash leftover, removed when its vipd restarts) into
     a node that never joins under systemd, which does not restart after exit 2."""
-    from vipd import arpwatch
+    from vipd.host import arpwatch
 
     if cfg.election.mode != "vrrp":
         return None
@@ -146,11 +147,11 @@ def _describe_probe(cfg: Config, pre: Preflight, found: Conflict) -> str:
 
 
 def _check_conflict(cfg: Config, pre: Preflight) -> str | None:
-    """RFC 5227 / DAD probe for the VIP before claiming it (vipd.arpwatch); exit 2 when a
+    """RFC 5227 / DAD probe for the VIP before claiming it (vipd.host.arpwatch); exit 2 when a
     foreign host answers for it. Returns a finding to report, or None."""
     if cfg.election.mode != "vrrp":
         return None
-    from vipd import arpwatch
+    from vipd.host import arpwatch
 
     found = arpwatch.check(cfg, pre)
     if found.foreign:
@@ -202,7 +203,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from vipd import status
+    from vipd.endpoint import status
 
     url = args.url
     if url is None and args.config is not None:
@@ -235,7 +236,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:
-    from vipd import config, manifest
+    from vipd import config
+    from vipd.deploy import manifest
 
     opts = manifest.Options(
         image=args.image,
@@ -267,7 +269,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
-    from vipd import adopt
+    from vipd.deploy import adopt
 
     return adopt.adopt(args.manifest, args.listen, args.timeout, args.interval)
 
@@ -311,7 +313,7 @@ def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
         runner.add_arguments(p_lab)
     p_lab.set_defaults(func=cmd_lab)
 
-    from vipd import manifest as m  # constants only: no I/O, cheap
+    from vipd.deploy import manifest as m  # constants only: no I/O, cheap
 
     p_man = sub.add_parser(
         "manifest",

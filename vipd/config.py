@@ -194,7 +194,7 @@ class Vrrp:
     preempt_delay: float = 0.0  # seconds
     unicast_peers: tuple[IPAddress, ...] = ()  # empty: multicast to 224.0.0.18 / ff02::12
     auth_pass: str | None = None  # VRRPv2 simple password (auth type 1)
-    vmac: bool = False  # RFC 5798 virtual MAC on a macvlan (vipd.vmac)
+    vmac: bool = False  # RFC 5798 virtual MAC on a macvlan (vipd.host.vmac)
 
     @property
     def advert_interval_cs(self) -> int:
@@ -851,7 +851,7 @@ class _Validator:
         )
 
     def vmac(self, key: str, value: object, vip: IPAddress, peers: tuple[IPAddress, ...]) -> bool:
-        """The virtual MAC option (vipd.vmac): IPv4 multicast only in this version."""
+        """The virtual MAC option (vipd.host.vmac): IPv4 multicast only in this version."""
         if not isinstance(value, bool):
             self.fail(key, "must be true or false", value)
         if value and isinstance(vip, IPv6Address):

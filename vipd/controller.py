@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from vipd import metrics
-from vipd.actuators.address import Op, plan
+from vipd.host.address import Op, plan
 
 if TYPE_CHECKING:
     from vipd.config import Garp

@@ -2,10 +2,10 @@
 
 What it is: the metric definitions (``vipd_`` prefix, base units: seconds, frames, adverts),
 each with help text that says how to read it, on vipd's own registry ``REGISTRY`` (served on
-``metrics.listen``, by default ``:2112/metrics``, see ``vipd.httpd``), plus a few helpers that
-keep label sets consistent (``set_role``, ``set_master``). The README's metrics table lists
-them all, and ``tests/unit/test_metrics.py`` checks that every metric defined here is in that
-table, has help text and the prefix, and that ``promtool check metrics`` is clean.
+``metrics.listen``, by default ``:2112/metrics``, see ``vipd.endpoint.server``), plus a few
+helpers that keep label sets consistent (``set_role``, ``set_master``). The README's metrics
+table lists them all, and ``tests/unit/test_metrics.py`` checks that every metric defined here
+is in that table, has help text and the prefix, and that ``promtool check metrics`` is clean.
 
 Adding a metric (each feature adds its own, in its own section below): define it here with
 ``registry=REGISTRY``, name it ``vipd_<thing>_<unit>[_total]``, write help text that says what

@@ -39,8 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv6Address, IPv6Interface, ip_interface
 
-from vipd import vmac
 from vipd.config import Config, ConfigError
+from vipd.host import vmac
 
 __all__ = [
     "IFA_F_DADFAILED",

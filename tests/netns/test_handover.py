@@ -37,7 +37,7 @@ import yaml
 
 from vipd.lab import analysis
 from vipd.lab.addrwatch import AddressWatch
-from vipd.lab.kubelet import ContainerRun, Kubelet, PodRun, write_manifest
+from vipd.lab.fakes.kubelet import ContainerRun, Kubelet, PodRun, write_manifest
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, Lab

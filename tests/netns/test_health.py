@@ -3,7 +3,7 @@
 What it tests:
 
 - the checker (``vipd.lab.healthwatch``: the real ``HealthChecker`` on uvloop, in the client
-  namespace) against a real HTTPS server on another node (``vipd.lab.apiserver``) that the
+  namespace) against a real HTTPS server on another node (``vipd.lab.fakes.apiserver``) that the
   test makes answer 500, hang after TLS, hang before TLS, speak plain text, refuse (killed),
   answer slowly once, and recover; TLS verification against a CA file, right and wrong; and
   that a hung server never holds up the checker's event loop;
@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 
 from vipd.lab import faults, runner
-from vipd.lab.apiserver import make_ca, make_cert
 from vipd.lab.daemons import Daemon, HealthSpec, VrrpSpec, make_daemon
 from vipd.lab.healthwatch import HealthWatch
+from vipd.lab.pki import make_ca, make_cert
 from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, Lab, python_argv, python_env
 from vipd.vrrp import state
@@ -69,7 +69,7 @@ class Server:
         self.proc = self.lab.spawn(
             self.node.ns,
             python_argv(
-                "vipd.lab.apiserver", "--port", str(self.port), "--cert", str(self.cert[0]),
+                "vipd.lab.fakes.apiserver", "--port", str(self.port), "--cert", str(self.cert[0]),
                 "--key", str(self.cert[1]), "--mode-file", str(self.mode_file),
             ),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=python_env(), text=True,

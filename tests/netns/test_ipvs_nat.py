@@ -11,7 +11,7 @@ from ipaddress import IPv4Address, IPv6Address
 
 import pytest
 
-from vipd.actuators.ipvs import NFT_TABLE, Masquerade
+from vipd.ipvs.actuator import NFT_TABLE, Masquerade
 from vipd.ipvs.plan import ServiceKey
 
 

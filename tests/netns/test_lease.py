@@ -1,5 +1,5 @@
 """The Lease backend end to end: 3 real vipd processes in network namespaces, the real
-``kubernetes`` client, and the Lease API emulator (``vipd.lease.emulator``) in the client
+``kubernetes`` client, and the Lease API emulator (``vipd.lab.fakes.lease_emulator``) in the client
 namespace, with the 5/3/1 profile.
 
 What it tests: node death (a peer takes over within duration + retry period), SIGTERM (within
@@ -33,8 +33,8 @@ import pytest
 
 from vipd.lab import faults
 from vipd.lab.daemons import LeaseSpec, VipdDaemon, VrrpSpec
+from vipd.lab.fakes.lease_emulator import Emulator, serve_in_netns
 from vipd.lab.topology import CLIENT4, VIP4, Lab
-from vipd.lease.emulator import Emulator, serve_in_netns
 
 PORT = 16443
 D, R, P = 5, 3.0, 1.0  # the fast profile

@@ -30,9 +30,9 @@ import pytest
 from tests.netns.test_lease import LeaseCluster, wait_for
 from vipd.lab import faults, runner
 from vipd.lab.daemons import HealthSpec, LeaseSpec, VipdDaemon, VrrpSpec
+from vipd.lab.fakes.lease_emulator import Emulator, serve_in_netns
 from vipd.lab.responder import Responder
 from vipd.lab.topology import CLIENT4, VIP4, Lab
-from vipd.lease.emulator import Emulator, serve_in_netns
 
 PORT = 16443
 D, R, P = 5, 3.0, 1.0

@@ -42,7 +42,7 @@ import pytest
 import yaml
 
 from tests.prereq import missing
-from vipd import httpd
+from vipd.endpoint import server as httpd
 from vipd.lab import faults
 from vipd.lab.daemons import Daemon, HealthSpec, VipdDaemon, VrrpSpec, make_daemon
 from vipd.lab.responder import Responder

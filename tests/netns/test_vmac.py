@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import pytest
 
-from vipd import vmac
+from vipd.host import vmac
 from vipd.lab import faults
 from vipd.lab.daemons import Daemon, VrrpSpec, make_daemon
 from vipd.lab.responder import Responder

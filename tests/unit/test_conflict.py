@@ -1,4 +1,4 @@
-"""Address-conflict frames and judgement (vipd.conflict): RFC 5227 probes, DAD, claims."""
+"""Address-conflict frames and judgement (vipd.host.conflict): RFC 5227 probes, DAD, claims."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from ipaddress import IPv4Address, IPv6Address
 
 import pytest
 
-from vipd.conflict import (
+from vipd.host.conflict import (
     Conflict,
     format_mac,
     multicast_mac,
@@ -15,7 +15,7 @@ from vipd.conflict import (
     probe_frame,
     solicited_node,
 )
-from vipd.neighbor import announcement, internet_checksum
+from vipd.host.neighbor import announcement, internet_checksum
 
 MAC = bytes.fromhex("020000000001")
 OTHER = bytes.fromhex("0200000000ff")

@@ -7,8 +7,8 @@ import logging
 from ipaddress import IPv4Address
 from typing import Any
 
-from vipd.actuators.address import Op, plan
 from vipd.controller import Controller, GarpPolicy
+from vipd.host.address import Op, plan
 
 
 class FakeAddress:

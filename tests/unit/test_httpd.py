@@ -1,4 +1,4 @@
-"""vipd.httpd: the real endpoint on a loopback port, driven by a real asyncio loop.
+"""vipd.endpoint.server: the real endpoint on a loopback port, driven by a real asyncio loop.
 
 The loop-blocked test blocks the event loop for longer than HEALTHZ_MAX_AGE and checks that
 /healthz and /readyz turn 503 while it is blocked and 200 again after: the server thread
@@ -18,7 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from vipd import httpd, metrics
+from vipd import metrics
+from vipd.endpoint import server as httpd
 
 
 @pytest.fixture

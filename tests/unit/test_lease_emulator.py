@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from vipd.config import ConfigError, Lease
+from vipd.lab.fakes.lease_emulator import Emulator
 from vipd.lease import logic
 from vipd.lease.driver import ADMIN_CONF, Credentials, LeaseApi, candidates, microtime
-from vipd.lease.emulator import Emulator
 from vipd.log import get as get_log
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"

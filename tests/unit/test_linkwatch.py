@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from vipd.linkwatch import (
+from vipd.host.linkwatch import (
     IFF_LOWER_UP,
     IFF_RUNNING,
     IFF_UP,

@@ -14,7 +14,8 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from vipd import config, manifest
+from vipd import config
+from vipd.deploy import manifest
 from vipd.vrrp import state
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6NDOptDstLLAddr, IPv6
 from scapy.layers.l2 import ARP, Ether
 
-from vipd.neighbor import announcement, gratuitous_arp, parse_mac, unsolicited_na
+from vipd.host.neighbor import announcement, gratuitous_arp, parse_mac, unsolicited_na
 
 MAC = parse_mac("02:00:00:00:00:0a")
 

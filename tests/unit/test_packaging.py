@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vipd import manifest
+from vipd.deploy import manifest
 from vipd.vrrp import state
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,18 +12,18 @@ PURE = [
     "vrrp/packet.py",
     "vrrp/state.py",
     "config.py",
-    "neighbor.py",
-    "netlink.py",
+    "host/neighbor.py",
+    "host/netlink.py",
     "lab/analysis.py",
     "lease/logic.py",
-    "manifest.py",
+    "deploy/manifest.py",
     "ipvs/plan.py",
     "health/tracker.py",
     "health/gate.py",
     "health/http.py",
     "lab/timeline.py",
-    "conflict.py",
-    "vmac.py",
+    "host/conflict.py",
+    "host/vmac.py",
 ]
 FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
 

@@ -1,10 +1,10 @@
-"""When vipd asks for real-time scheduling (vipd.sched.realtime_policy)."""
+"""When vipd asks for real-time scheduling (vipd.host.sched.realtime_policy)."""
 
 from __future__ import annotations
 
 import pytest
 
-from vipd import sched
+from vipd.host import sched
 
 
 @pytest.mark.parametrize("interval", [0.01, 0.02, 0.05, 0.09])

@@ -6,7 +6,7 @@ import secrets
 import socket
 from pathlib import Path
 
-from vipd import sdnotify
+from vipd.host import sdnotify
 
 
 def test_ready_reaches_a_path_socket(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""vipd.status: the text `vipd status` prints, and reading a real endpoint."""
+"""vipd.endpoint.status: the text `vipd status` prints, and reading a real endpoint."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from vipd import httpd, status
+from vipd.endpoint import server as httpd
+from vipd.endpoint import status
 
 LEADER: dict[str, Any] = {
     "node": "cp-1",

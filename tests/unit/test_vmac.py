@@ -1,10 +1,10 @@
-"""vipd.vmac: the RFC 9568 §7.3 virtual MAC, the link name and the leftover rule."""
+"""vipd.host.vmac: the RFC 9568 §7.3 virtual MAC, the link name and the leftover rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from vipd import vmac
+from vipd.host import vmac
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """Drives vipd's IPVS service from leadership and backend health: the shell around
-`vipd.ipvs.plan` and `vipd.actuators.ipvs`.
+`vipd.ipvs.plan` and `vipd.ipvs.actuator`.
 
 What it is
     `IpvsReconciler` holds two inputs, "are we the leader" (from the election) and the
@@ -32,7 +32,7 @@ from ipaddress import IPv4Address, IPv6Address
 from typing import Protocol
 
 from vipd import metrics
-from vipd.actuators.ipvs import IpvsActuator, Masquerade
+from vipd.ipvs.actuator import IpvsActuator, Masquerade
 from vipd.ipvs.plan import (
     AddServer,
     AddService,
@@ -64,7 +64,7 @@ class HealthView(Protocol):
 
 
 class Actuator(Protocol):
-    """`vipd.actuators.ipvs.IpvsActuator`, or a fake in unit tests."""
+    """`vipd.ipvs.actuator.IpvsActuator`, or a fake in unit tests."""
 
     def observe(self) -> Table | None: ...
     def apply(self, ops: Sequence[Op]) -> None: ...
@@ -73,7 +73,7 @@ class Actuator(Protocol):
 
 
 class Nat(Protocol):
-    """`vipd.actuators.ipvs.Masquerade`, or a fake in unit tests."""
+    """`vipd.ipvs.actuator.Masquerade`, or a fake in unit tests."""
 
     def ensure(self) -> bool: ...
     def remove(self) -> bool: ...

@@ -57,7 +57,7 @@ def default_priority(index: int) -> int:
 @dataclass(frozen=True, slots=True)
 class HealthSpec:
     """vipd's ``health`` section in the lab: checks of the node's own stand-in API server
-    (``vipd.lab.apiserver`` inside the responder) on ``port``."""
+    (``vipd.lab.fakes.apiserver`` inside the responder) on ``port``."""
 
     port: int = 6444
     interval: float = 0.2
@@ -92,7 +92,7 @@ class LeaseSpec:
     """Lease election in the lab: the emulator's URL and the timings (vipd only).
 
     Each node's kubeconfig (its own token) is ``<workdir>/<node>.kubeconfig``, written by the
-    runner from the emulator (``vipd.lease.emulator``).
+    runner from the emulator (``vipd.lab.fakes.lease_emulator``).
     """
 
     api_server: str

@@ -8,7 +8,7 @@ of connections per second with no thread or task per connection. It prints one
 ``listening …`` line once both sockets are bound, so the lab knows it is ready.
 
 With ``--health-port`` it also serves the API server's HTTPS health endpoints on that port
-(``vipd.lab.apiserver``, on a thread of the same process), steered by ``--mode-file``: the
+(``vipd.lab.fakes.apiserver``, on a thread of the same process), steered by ``--mode-file``: the
 lab's ``apidown`` fault kills this one process, and the API server's port and its health
 endpoint die together, as a real API server's would. (They are two ports because the client
 prober's plain TCP probes, one every 2 ms, cannot share a port with TLS.)
@@ -34,7 +34,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from vipd.lab.apiserver import HealthServer, make_cert
+from vipd.lab.fakes.apiserver import HealthServer
+from vipd.lab.pki import make_cert
 from vipd.lab.topology import Lab, LabError, Node, python_argv, python_env
 
 # Linux values; the socket module does not export them on every Python build.
@@ -184,7 +185,7 @@ class Responder:
         self._close_log()
 
     def set_health(self, mode: str) -> None:
-        """What the health endpoint does from the next connection on (see vipd.lab.apiserver)."""
+        """What the health endpoint does from the next connection on (vipd.lab.fakes.apiserver)."""
         self.mode_file.write_text(mode + "\n")
 
     def reap(self) -> None:

@@ -149,7 +149,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("vrrp", "lease"),
         default="vrrp",
         help="vrrp, or lease: a Kubernetes Lease on the Lease API emulator "
-        "(vipd.lease.emulator, in the client namespace) (default vrrp)",
+        "(vipd.lab.fakes.lease_emulator, in the client namespace) (default vrrp)",
     )
     parser.add_argument(
         "--lease-timing",
@@ -523,7 +523,7 @@ class _Session:
 
 def _start_emulator(lab: Lab, spec: VrrpSpec) -> Any:
     """The Lease API emulator in the client namespace, one token and kubeconfig per node."""
-    from vipd.lease.emulator import Emulator, serve_in_netns
+    from vipd.lab.fakes.lease_emulator import Emulator, serve_in_netns
 
     host = CLIENT4 if spec.family == 4 else CLIENT6
     emu = Emulator(lab.workdir, [n.name for n in lab.nodes], host=host, port=LEASE_PORT)

@@ -383,7 +383,7 @@ class Lab:
     # -- observation ---------------------------------------------------------------------
 
     def addresses(self, node: Node) -> list[str]:
-        """Addresses on eth0 and on a virtual-MAC macvlan ``vrrp.<vrid>`` (vipd.vmac)."""
+        """Addresses on eth0 and on a virtual-MAC macvlan ``vrrp.<vrid>`` (vipd.host.vmac)."""
         out = self.ip(node.ns, "-j", "addr", "show", check=False).strip()
         if not out:
             return []

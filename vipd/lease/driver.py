@@ -47,15 +47,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vipd import __version__, metrics, sdnotify
+from vipd import __version__, metrics
 from vipd import log as vlog
-from vipd.actuators.address import AddressActuator
-from vipd.actuators.announce import Announcer
 from vipd.config import Config, ConfigError, Lease
 from vipd.controller import Controller, GarpPolicy
-from vipd.httpd import Endpoint
+from vipd.endpoint.server import Endpoint
+from vipd.host import sdnotify
+from vipd.host.address import AddressActuator
+from vipd.host.announce import Announcer
+from vipd.host.neighbor import announcement, parse_mac
 from vipd.lease import logic
-from vipd.neighbor import announcement, parse_mac
 from vipd.preflight import Preflight
 
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
@@ -543,7 +544,7 @@ class LeaseInstance:
         return True, "ready"
 
     def status(self, now: float) -> dict[str, Any]:
-        """The /status document (vipd.status's shape; ``master`` is the Lease holder)."""
+        """The /status document (vipd.endpoint.status's shape; ``master`` is the Lease holder)."""
         e = self.elector
         rec = e.observed
         holder = rec.holder if rec else None

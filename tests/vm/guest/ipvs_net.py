@@ -123,7 +123,7 @@ class Net:
         sh("ip", "link", "add", "br0", "type", "bridge")
         sh("ip", "addr", "add", f"{DIRECTOR}/24", "dev", "br0")
         sh("ip", "link", "set", "br0", "up")
-        # the VIP as the leader binds it (vipd.actuators.address): /32, preferred_lft 0
+        # the VIP as the leader binds it (vipd.host.address): /32, preferred_lft 0
         sh("ip", "addr", "add", f"{VIP}/32", "dev", "br0", "preferred_lft", "0")
         for name, addr in [*BACKENDS.items(), ("c", CLIENT)]:
             sh("ip", "netns", "add", name)

@@ -1,8 +1,8 @@
-"""The macvlan that carries the virtual MAC (see ``vipd.vmac`` for why and which settings).
+"""The macvlan that carries the virtual MAC (see ``vipd.host.vmac`` for why and which settings).
 
 What it is: the driver that creates ``vrrp.<vrid>`` on the parent at start (reusing a
 matching leftover of a crashed run, replacing anything else of that name), brings it up with
-the sysctls ``vipd.vmac`` lists, and removes it and restores the parent's sysctls at stop.
+the sysctls ``vipd.host.vmac`` lists, and removes it and restores the parent's sysctls at stop.
 Start and stop only, never the takeover path, so pyroute2's synchronous IPRoute is fine here
 (the daemon calls it in a worker thread: IPRoute runs an asyncio loop of its own).
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from vipd import vmac
+from vipd.host import vmac
 
 SYSCTL = Path("/proc/sys/net")
 

@@ -1,6 +1,6 @@
 """A stand-in for kube-apiserver's health endpoints: HTTPS ``/readyz``, ``/healthz``, ``/livez``.
 
-Run on a lab node as ``python -m vipd.lab.apiserver --port 6444 --cert C --key K --mode-file
+Run on a lab node as ``python -m vipd.lab.fakes.apiserver --port 6444 --cert C --key K --mode-file
 F``, or inside the responder process (``vipd.lab.responder --health-port``), so that killing
 the responder is an API server dying: its TCP port and its health endpoint go together.
 
@@ -15,9 +15,8 @@ or empty file means ``ok``) and behaves accordingly:
 - ``hang``: accepts the TCP connection and never starts TLS.
 - ``tls``: answers in plain text without TLS (the client's handshake fails).
 
-Certificates: ``make_cert`` makes a self-signed one, ``make_ca`` and ``make_cert(ca=...)`` a
-CA and a server certificate it signs, with the ``openssl`` command (run-time files in the
-lab's work directory, never committed).
+Certificates come from ``vipd.lab.pki`` (self-signed, or a CA and a server certificate it
+signs).
 
 What it must not do: anything an API server would not: it answers only those three paths
 (404 otherwise) and closes every connection after one answer.
@@ -29,7 +28,6 @@ import argparse
 import asyncio
 import contextlib
 import ssl
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -37,54 +35,6 @@ from pathlib import Path
 READY_LINE = "listening"
 MODES = ("ok", "fail", "stall", "stall1", "hang", "tls")
 PATHS = (b"/readyz", b"/healthz", b"/livez")
-
-
-def _openssl(*args: str) -> None:
-    proc = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"openssl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
-
-
-def make_ca(directory: Path, name: str = "vipd-lab-ca") -> tuple[Path, Path]:
-    """A self-signed CA (EC P-256, one day); returns (certificate, key)."""
-    crt, key = directory / f"{name}.crt", directory / f"{name}.key"
-    if not crt.exists():
-        _openssl(
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
-            "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        )  # fmt: skip
-    return crt, key
-
-
-def make_cert(
-    directory: Path, name: str = "vipd-lab-apiserver", ca: tuple[Path, Path] | None = None
-) -> tuple[Path, Path]:
-    """A server certificate for ``name`` (self-signed, or signed by ``ca``); (cert, key)."""
-    crt, key = directory / f"{name}.crt", directory / f"{name}.key"
-    if crt.exists():
-        return crt, key
-    san = "subjectAltName=DNS:kubernetes,IP:127.0.0.1"
-    if ca is None:
-        _openssl(
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1",
-            "-subj", f"/CN={name}", "-addext", san,
-        )  # fmt: skip
-        return crt, key
-    csr = directory / f"{name}.csr"
-    ext = directory / f"{name}.ext"
-    ext.write_text(san + "\n")
-    _openssl(
-        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}",
-    )  # fmt: skip
-    _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
-        "-CAcreateserial", "-out", str(crt), "-days", "1", "-extfile", str(ext),
-    )  # fmt: skip
-    return crt, key
 
 
 def read_mode(path: Path | None) -> str:
@@ -176,7 +126,7 @@ class HealthServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m vipd.lab.apiserver",
+        prog="python -m vipd.lab.fakes.apiserver",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

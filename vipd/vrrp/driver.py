@@ -28,21 +28,22 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
-from vipd import __version__, metrics, sched, sdnotify
+from vipd import __version__, metrics
 from vipd import log as vlog
-from vipd.actuators.address import AddressActuator
-from vipd.actuators.announce import Announcer
-from vipd.actuators.vmac import VmacLink
-from vipd.arpwatch import ClaimWatch
 from vipd.config import Config
 from vipd.controller import Controller, GarpPolicy
+from vipd.endpoint.server import Endpoint
 from vipd.health import gate
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth, Outcome
-from vipd.httpd import Endpoint
+from vipd.host import sched, sdnotify
+from vipd.host.address import AddressActuator
+from vipd.host.announce import Announcer
+from vipd.host.arpwatch import ClaimWatch
+from vipd.host.linkwatch import LinkWatch
+from vipd.host.neighbor import announcement, parse_mac
+from vipd.host.vmaclink import VmacLink
 from vipd.ipvs.runtime import IpvsRuntime
-from vipd.linkwatch import LinkWatch
-from vipd.neighbor import announcement, parse_mac
 from vipd.preflight import Preflight
 from vipd.vrrp import packet, state
 from vipd.vrrp.transport import Datagram, Transport
@@ -435,7 +436,7 @@ class VrrpInstance:
         return out
 
     def status(self, now: float) -> dict[str, Any]:
-        """The /status document (see vipd.status for its shape); built on the loop."""
+        """The /status document (see vipd.endpoint.status for its shape); built on the loop."""
         m = self.machine
         master: dict[str, Any] | None = None
         if m.master_ip is not None:
@@ -715,7 +716,7 @@ class VrrpInstance:
     # -- foreign claims (RFC 5227 §2.4) ---------------------------------------------------
 
     def _start_claimwatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """IPv4: watch ARP for another MAC claiming the VIP (see vipd.arpwatch)."""
+        """IPv4: watch ARP for another MAC claiming the VIP (see vipd.host.arpwatch)."""
         if not isinstance(self.cfg.vip, IPv4Address):
             return
         self.claimwatch = ClaimWatch(
@@ -758,7 +759,7 @@ class VrrpInstance:
             self.controller.announce()
 
     def _realtime(self) -> None:
-        """Fast adverts: SCHED_RR so a busy host cannot stall the master (see vipd.sched)."""
+        """Fast adverts: SCHED_RR so a busy host cannot stall the master (see vipd.host.sched)."""
         policy = sched.realtime_policy(self.vrrp.advert_interval)
         if policy is None:
             return

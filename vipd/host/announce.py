@@ -7,7 +7,7 @@ bound; the rest of the burst is paced with loop timers (RFC 9568 §6.4.1 asks fo
 announcement per address on takeover; keepalived sends a burst of 5, then 5 more after 5 s, and
 switches that missed the first frame are the reason for the repeats).
 
-What it must not do: build frames on the takeover path (``vipd.neighbor`` builds them once at
+What it must not do: build frames on the takeover path (``vipd.host.neighbor`` builds them once at
 start), or block the loop.
 """
 

@@ -13,7 +13,7 @@ still answers when the event loop is blocked, and that is how /healthz can say s
 - ``/readyz``: 200 ``ready`` while the node takes part in the election (config loaded,
   sockets open, interface up, adverts going out); else 503 with the reason. Also 503 when the
   loop is not healthy: a node whose loop is stuck takes part in nothing.
-- ``/status``: the status document (JSON) that ``vipd status`` prints; see ``vipd.status``.
+- ``/status``: the status document (JSON) that ``vipd status`` prints; see ``vipd.endpoint.status``.
 
 Binding is separate from serving and happens first (`Endpoint.bind`, before vipd joins the
 election): the port is the per-node lock that keeps two vipd instances apart (``vipd

@@ -1,6 +1,6 @@
 """Who else has the VIP: an ARP/DAD probe before vipd claims it, and a watch while it leads.
 
-What it is: the driver for ``vipd.conflict`` (RFC 5227 / RFC 4862 §5.4):
+What it is: the driver for ``vipd.host.conflict`` (RFC 5227 / RFC 4862 §5.4):
 
 - ``check(cfg, pre)``: before the election (``vipd check`` and ``vipd run``), send
   ``PROBES`` probes ``PROBE_GAP`` apart on the VIP's interface and collect, for ``WAIT``
@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from ipaddress import IPv4Address
 
 from vipd.config import Config
-from vipd.conflict import Conflict, format_mac, parse_claim, probe_frame
-from vipd.neighbor import ETH_P_ARP, ETH_P_IPV6, parse_mac
+from vipd.host.conflict import Conflict, format_mac, parse_claim, probe_frame
+from vipd.host.neighbor import ETH_P_ARP, ETH_P_IPV6, parse_mac
 from vipd.preflight import Preflight
 from vipd.vrrp import packet
 from vipd.vrrp.transport import Transport
@@ -152,7 +152,7 @@ class ClaimWatch:
         also_own: str | None = None,
     ) -> None:
         self.own = parse_mac(mac)
-        # The virtual MAC (vipd.vmac) is ours too: our own announcements are sent from it.
+        # The virtual MAC (vipd.host.vmac) is ours too: our own announcements are sent from it.
         self.also_own = parse_mac(also_own) if also_own else None
         self.vip = vip
         self.on_claim = on_claim

@@ -14,7 +14,7 @@ What it is: the frames and the judgement, no I/O.
 - ``Conflict``: who answered and what to say about it.
 
 Who is *foreign* is for the caller: this node's own MAC is excluded here, but a VRRP peer
-that holds the VIP legitimately answers a probe too; ``vipd.arpwatch`` tells them apart by
+that holds the VIP legitimately answers a probe too; ``vipd.host.arpwatch`` tells them apart by
 listening for VRRP adverts of our VRID.
 
 What it must not do: open sockets, read clocks, or decide to exit.
@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 
-from vipd.neighbor import BROADCAST_MAC, ETH_P_ARP, ETH_P_IPV6, internet_checksum
+from vipd.host.neighbor import BROADCAST_MAC, ETH_P_ARP, ETH_P_IPV6, internet_checksum
 
 ICMPV6_NS = 135
 ICMPV6_NA = 136

@@ -2,7 +2,8 @@
 
 What it is: ``render(doc)`` (pure: the JSON document in, lines of text out) and ``fetch(url)``
 (one HTTP GET with a timeout). The document is what ``VrrpInstance.status()`` builds on the
-event loop and ``vipd.httpd`` serves at ``/status``, with the endpoint's own verdicts added::
+event loop and ``vipd.endpoint.server`` serves at ``/status``, with the endpoint's own
+verdicts added::
 
     node, version, vip, interface, source, backend ("vrrp"|"lease"),
     role ("leader"|"follower"|"init"), role_since_s, last_reason, vip_bound,

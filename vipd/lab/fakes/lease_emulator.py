@@ -30,10 +30,11 @@ What it does not emulate: watches, field selectors, server-side apply, admission
 "known token", other resources. What it must not do: pretend to be more than that, or listen
 anywhere but the address it is given.
 
-Run it by hand: ``python -m vipd.lease.emulator --listen 127.0.0.1:6443 --dir DIR --clients
-n1,n2,n3`` (writes ``DIR/ca.crt`` and ``DIR/<client>.kubeconfig``). ``serve_in_netns`` starts
-it inside a network namespace (the lab's client namespace) from a thread of this process, so
-the lab and the tests drive faults by calling methods, not over the network.
+Run it by hand: ``python -m vipd.lab.fakes.lease_emulator --listen 127.0.0.1:6443 --dir DIR
+--clients n1,n2,n3`` (writes ``DIR/ca.crt``, its self-signed certificate, and
+``DIR/<client>.kubeconfig``). ``serve_in_netns`` starts it inside a network namespace (the
+lab's client namespace) from a thread of this process, so the lab and the tests drive faults
+by calling methods, not over the network.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ import re
 import secrets
 import socket
 import ssl
-import subprocess
 import sys
 import threading
 import time
@@ -58,6 +58,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from vipd.lab.pki import make_cert
 
 GROUP = "coordination.k8s.io"
 API = f"/apis/{GROUP}/v1"
@@ -223,13 +225,12 @@ class Emulator:
         self.log: list[Logged] = []
         self._log_lock = threading.Lock()
         self.tokens = {secrets.token_hex(16): c for c in clients}
-        self.ca_path = self.workdir / "ca.crt"
-        self.key_path = self.workdir / "server.key"
         self.sans = sorted({"kubernetes", "localhost", "127.0.0.1", host, *sans})
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        make_cert(self.ca_path, self.key_path, self.sans)
+        # Self-signed: the certificate is its own CA (the kubeconfigs name it as such).
+        self.ca_path, self.key_path = make_cert(self.workdir, "ca", sans=self.sans)
 
     # -- files --------------------------------------------------------------------------
 
@@ -354,32 +355,6 @@ def serve_in_netns(emulator: Emulator, netns: str) -> None:
         name="lease-emulator",
     )  # fmt: skip
     emulator._thread.start()
-
-
-def make_cert(cert: Path, key: Path, sans: Iterable[str]) -> None:
-    """A self-signed EC certificate for ``sans`` (IP addresses and DNS names), 2 days."""
-    alt = []
-    for name in sans:
-        try:
-            socket.inet_pton(socket.AF_INET6 if ":" in name else socket.AF_INET, name)
-            alt.append(f"IP:{name}")
-        except OSError:
-            alt.append(f"DNS:{name}")
-    proc = subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-days", "2", "-subj", "/CN=vipd-lease-emulator",
-            "-addext", "subjectAltName=" + ",".join(alt),
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        capture_output=True, text=True, check=False, timeout=30,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"openssl could not make the emulator's certificate: {proc.stderr.strip()}"
-        )
-    key.chmod(0o600)
 
 
 class _Server(ThreadingHTTPServer):
@@ -629,7 +604,7 @@ def _error_status(code: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m vipd.lease.emulator",
+        prog="python -m vipd.lab.fakes.lease_emulator",
         description="Lease API EMULATOR (not a Kubernetes API server): coordination.k8s.io/v1 "
         "Leases over HTTPS with bearer tokens, for testing vipd's Lease backend.",
     )

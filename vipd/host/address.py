@@ -27,7 +27,7 @@ from enum import Enum
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any
 
-from vipd import netlink
+from vipd.host import netlink
 
 IPAddress = IPv4Address | IPv6Address
 

@@ -19,8 +19,8 @@ import socket
 import struct
 from collections.abc import Callable
 
-from vipd import netlink
-from vipd.netlink import HEADER
+from vipd.host import netlink
+from vipd.host.netlink import HEADER
 
 RTMGRP_LINK = 0x1
 RTM_NEWLINK = 16

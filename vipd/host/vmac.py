@@ -30,7 +30,7 @@ around it by receiving on the macvlan; in ``bridge`` mode the frame is passed to
 any other, so reception needs no change. What bridge mode adds, local delivery between
 macvlans of one parent, does not matter with the one macvlan per VRID vipd makes.
 
-What it must not do: touch the host (``vipd.actuators.vmac`` does), or import sockets/netlink.
+What it must not do: touch the host (``vipd.host.vmaclink`` does), or import sockets/netlink.
 """
 
 from __future__ import annotations
