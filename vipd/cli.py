@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from vipd import __version__
@@ -72,16 +72,16 @@ def _check_ca_file(cfg: Config) -> None:
 
 def _check_lease(cfg: Config) -> None:
     """Lease mode: the credentials must be found and load (checked at start)."""
-    if cfg.election.mode == "lease":
-        from vipd.lease import driver
+    if cfg.election.mode == "lease" and cfg.election.lease is not None:
+        from vipd import kube
 
-        driver.check(cfg)
+        kube.check(kube.Access.from_lease(cfg.election.lease))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from vipd import agent
     from vipd import log as vlog
     from vipd.endpoint import server as httpd
-    from vipd.vrrp import driver as daemon
 
     cfg, pre = _load(args.config)
     # The endpoint's port is bound before anything else happens: it is the per-node lock that
@@ -101,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "endpoint listening",
         extra={"fields": {"listen": cfg.metrics.listen, "paths": "/metrics /healthz /readyz"}},
     )
-    return daemon.run(cfg, pre, endpoint)
+    return agent.run(cfg, pre, endpoint)
 
 
 def _wait_out_conflict(cfg: Config, pre: Preflight, logger: logging.Logger) -> str | None:
@@ -229,10 +229,21 @@ def cmd_version(_args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_lab(args: argparse.Namespace) -> int:
-    from vipd.lab import runner
+def cmd_lab(argv: Sequence[str]) -> int:
+    """``vipd lab ARGS``: ``python -m vipd.lab ARGS`` in this process's place.
 
-    return runner.run(args)
+    A process boundary rather than an import: nothing the daemon runs imports the lab, and an
+    installation without it (the container image) says so instead of failing on an import."""
+    import importlib.util
+
+    if importlib.util.find_spec("vipd.lab") is None:
+        print(
+            "vipd lab: the lab is not installed here (the container image carries only the "
+            "agent): run it from a source checkout",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    os.execv(sys.executable, [sys.executable, "-m", "vipd.lab", *argv])
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:
@@ -274,10 +285,13 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     return adopt.adopt(args.manifest, args.listen, args.timeout, args.interval)
 
 
-def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
-    """The parser; ``lab_arguments=False`` leaves out the lab's options, whose module pulls in
-    the whole lab (on top of what the daemon loads anyway: ~2.3 MiB of RSS and tens of ms at
-    start), so that ``vipd run`` does not pay for them."""
+def build_parser(
+    lab_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.ArgumentParser:
+    """The parser. ``vipd lab`` is only named here: its options are the lab's own
+    (``python -m vipd.lab --help``) and `main` hands its arguments over unparsed. A caller
+    that has the lab (the docs tests) passes ``vipd.lab.runner.add_arguments`` as
+    ``lab_arguments`` to see them in this parser."""
     parser = argparse.ArgumentParser(
         prog="vipd", description="Virtual-IP agent for Kubernetes control planes."
     )
@@ -305,13 +319,12 @@ def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
     p_status.set_defaults(func=cmd_status)
 
     p_lab = sub.add_parser(
-        "lab", help="run vipd on network-namespace nodes, inject faults, measure the outage"
+        "lab",
+        help="run vipd on network-namespace nodes, inject faults, measure the outage "
+        "(options: vipd lab --help)",
     )
     if lab_arguments:
-        from vipd.lab import runner
-
-        runner.add_arguments(p_lab)
-    p_lab.set_defaults(func=cmd_lab)
+        lab_arguments(p_lab)
 
     from vipd.deploy import manifest as m  # constants only: no I/O, cheap
 
@@ -379,7 +392,9 @@ def build_parser(lab_arguments: bool = True) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(lab_arguments=words[:1] == ["lab"]).parse_args(words)
+    if words[:1] == ["lab"]:
+        return cmd_lab(words[1:])
+    args = build_parser().parse_args(words)
     code: int = args.func(args)
     return code
 

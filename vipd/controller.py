@@ -1,11 +1,12 @@
 """The one place where a role becomes desired state on the host.
 
-What it is: the controller that the election backend tells "leader" or "follower" and that
-keeps the host converged on that: the VIP bound (and announced) on the leader, absent
-everywhere else. A role change is applied at once, in the same turn of the event loop as the
-decision (binding costs one ~15 µs netlink round trip, so there is nothing to gain from
-deferring it); a periodic resync re-observes the host, so a VIP deleted by hand on the leader
-comes back and a VIP left behind on a follower goes away, and a change that failed is retried.
+What it is: the controller that the agent tells "leader" or "follower" (from the election
+backend's transitions) and that keeps the host converged on that: the VIP bound (and
+announced) on the leader, absent everywhere else, and the IPVS leader flag (`follow`). A
+role change is applied at once, in the same turn of the event loop as the decision (binding
+costs one ~15 µs netlink round trip, so there is nothing to gain from deferring it); a
+periodic resync re-observes the host, so a VIP deleted by hand on the leader comes back and a
+VIP left behind on a follower goes away, and a change that failed is retried.
 
 What it must not do: elect (that is the backend's job), or wait on anything slow: it runs on
 the loop that sends adverts (keepalived issues #1653 and #2066 are what happens when VIP work
@@ -34,6 +35,12 @@ class Address(Protocol):
     def observe(self) -> bool: ...
     def add(self) -> None: ...
     def remove(self) -> bool: ...
+
+
+class LeaderFlag(Protocol):
+    """Something else that follows the role (the IPVS runtime: on the leader only)."""
+
+    def set_leader(self, leader: bool) -> None: ...
 
 
 class Announce(Protocol):
@@ -99,8 +106,13 @@ class Controller:
         self._pending_takeover: Takeover | None = None
         self._timers: list[asyncio.TimerHandle] = []
         self._retry = asyncio.Event()
+        self._followers: list[LeaderFlag] = []
 
-    # -- what the election backend calls -------------------------------------------------
+    # -- what the agent calls ------------------------------------------------------------
+
+    def follow(self, flag: LeaderFlag) -> None:
+        """``flag`` follows every role change from now on (after the VIP's own change)."""
+        self._followers.append(flag)
 
     def set_leader(self, leader: bool, decided_at: float) -> None:
         if leader == self.leader:
@@ -113,6 +125,9 @@ class Controller:
             self._cancel_timers()
             self.announcer.cancel()
         self.reconcile(resync=False)
+        # The VIP first (its first gratuitous ARP is already out), then the rest.
+        for flag in self._followers:
+            flag.set_leader(leader)
 
     def announce(self) -> None:
         """Re-announce the VIP (a lower-priority node claimed it)."""

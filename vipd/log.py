@@ -1,7 +1,10 @@
 """Structured logs: logfmt by default, JSON by option, one line per event.
 
-What it is: a ``logging.Formatter`` that renders ``ts``, ``level``, ``msg`` and the fields
-passed as ``extra={"fields": {...}}``, and ``setup()`` that installs it on stderr.
+What it is: a ``logging.Formatter`` that renders ``ts``, ``level``, ``msg`` and the fields of
+an event, ``setup()`` that installs it on stderr, and two helpers every module logs with:
+``event(logger, level, msg, **fields)`` (one event with its fields) and `Sparse` (a
+rate-limited event: the 1st, 2nd, 4th, 8th, … occurrence, then every ``every``-th, each
+with its running count, so a storm shows its start and its size without flooding the log).
 
 What it must not do: buffer (a line is written when it is logged, so an operator tailing the
 log during a failover sees it), or raise on a field it cannot render (it falls back to repr).
@@ -70,3 +73,35 @@ def setup(fmt: str = "logfmt", level: str = "info") -> logging.Logger:
 
 def get() -> logging.Logger:
     return logging.getLogger(LOGGER_NAME)
+
+
+def event(logger: logging.Logger, level: int, msg: str, /, **fields: Any) -> None:
+    """Log ``msg`` with ``fields`` (rendered after ``msg``, in the order given)."""
+    if logger.isEnabledFor(level):
+        logger.log(level, msg, extra={"fields": fields})
+
+
+def sparse(n: int, every: int) -> bool:
+    """Whether the ``n``-th occurrence is logged: a power of two, or a multiple of ``every``."""
+    return n > 0 and (n & (n - 1) == 0 or n % every == 0)
+
+
+class Sparse:
+    """A rate-limited event, counted per key (e.g. the reason of a dropped packet)."""
+
+    def __init__(
+        self, logger: logging.Logger, msg: str, level: int = logging.WARNING, every: int = 1000
+    ) -> None:
+        self.logger = logger
+        self.msg = msg
+        self.level = level
+        self.every = every
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, key: str = "", /, level: int | None = None, **fields: Any) -> int:
+        """Count one occurrence of ``key``; log it (with ``count``) if it is due. Returns the
+        count so far."""
+        n = self.counts[key] = self.counts.get(key, 0) + 1
+        if sparse(n, self.every):
+            event(self.logger, self.level if level is None else level, self.msg, **fields, count=n)
+        return n

@@ -239,6 +239,16 @@ RECONCILE_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+STOP_STEPS = ("resign", "vip", "ipvs", "election", "host")
+STOP_ERRORS = Counter(
+    "vipd_stop_errors_total",
+    "Steps of the ordered stop (or crash cleanup) that failed, by step; each was logged and "
+    "the stop went on releasing. Non-zero after a stop: look for a leftover VIP, IPVS service "
+    "or virtual MAC link on the host.",
+    ["step"],
+    registry=REGISTRY,
+)
+
 # -- VRRP ------------------------------------------------------------------------------------
 
 VRRP_ADVERTS_SENT = Counter(
@@ -455,6 +465,8 @@ def init_vrrp(*, node: str, vip: str, interface: str, priority: int) -> None:
         VRRP_INVALID.labels(reason=reason)
     for actuator in ACTUATORS:
         RECONCILE_ERRORS.labels(actuator=actuator)
+    for step in STOP_STEPS:
+        STOP_ERRORS.labels(step=step)
     for stage in ("bound", "announced"):
         TAKEOVER_DURATION.labels(stage=stage)
     VRRP_PRIORITY.set(priority)
@@ -478,6 +490,8 @@ def init_lease(*, node: str, vip: str, interface: str) -> None:
         VIP_CHANGES.labels(op=op)
     for actuator in ACTUATORS:
         RECONCILE_ERRORS.labels(actuator=actuator)
+    for step in STOP_STEPS:
+        STOP_ERRORS.labels(step=step)
     for stage in ("bound", "announced"):
         TAKEOVER_DURATION.labels(stage=stage)
     LEASE_KEEPING.set(0)

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from tests.prereq import missing
+from vipd.config import IpvsDiscovery
 from vipd.ipvs.discovery import EndpointSliceSource
 
 TOKEN = "vipd-test-token"
@@ -118,7 +119,7 @@ def stub(tmp_path: Path) -> Iterator[Stub]:
 
 
 def test_real_client_lists_the_ready_api_servers(stub: Stub) -> None:
-    source = EndpointSliceSource(str(stub.kubeconfig), api_server=None, family=4)
+    source = EndpointSliceSource(IpvsDiscovery(kubeconfig=str(stub.kubeconfig), api_server=None), 4)
     assert source.fetch() == (IPv4Address("10.0.0.11"), IPv4Address("10.0.0.13"))
     path, query, auth = stub.requests[-1]
     assert path.endswith("/namespaces/default/endpointslices")
@@ -129,6 +130,6 @@ def test_real_client_lists_the_ready_api_servers(stub: Stub) -> None:
 def test_a_refused_list_raises_and_the_caller_keeps_its_backends(stub: Stub) -> None:
     text = stub.kubeconfig.read_text().replace(TOKEN, "wrong")
     stub.kubeconfig.write_text(text)
-    source = EndpointSliceSource(str(stub.kubeconfig), api_server=None, family=4)
+    source = EndpointSliceSource(IpvsDiscovery(kubeconfig=str(stub.kubeconfig), api_server=None), 4)
     with pytest.raises(Exception, match="401"):
         source.fetch()

@@ -23,8 +23,16 @@ def test_commands_other_than_lab_do_not_import_the_lab() -> None:
 
 
 def test_lab_options_are_there_for_the_lab() -> None:
-    args = cli.build_parser(lab_arguments=True).parse_args(["lab", "--rounds", "7"])
+    from vipd.lab import runner
+
+    args = cli.build_parser(lab_arguments=runner.add_arguments).parse_args(["lab", "--rounds", "7"])
     assert args.rounds == 7
+    # `vipd lab` runs the lab's own parser (python -m vipd.lab) with its arguments.
+    out = subprocess.run(
+        [sys.executable, "-m", "vipd", "lab", "--help"], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--rounds" in out.stdout and out.stdout.startswith("usage: vipd lab")
 
 
 def test_config_error_is_one_line_and_exit_2(tmp_path: Path) -> None:

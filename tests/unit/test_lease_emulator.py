@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 
 from vipd.config import ConfigError, Lease
+from vipd.kube import ADMIN_CONF, Access, Credentials, candidates
 from vipd.lab.fakes.lease_emulator import Emulator
 from vipd.lease import logic
-from vipd.lease.driver import ADMIN_CONF, Credentials, LeaseApi, candidates, microtime
+from vipd.lease.driver import LeaseApi, microtime
 from vipd.log import get as get_log
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
@@ -248,7 +249,7 @@ def test_admin_conf_falls_back_to_super_admin_conf_on_403(emu: Emulator, tmp_pat
     admin.write_text(emu.kubeconfig("admin").read_text())
     sup.write_text(emu.kubeconfig("super").read_text())
     lease = Lease(name="lock", api_server=None, tls_server_name=None, kubeconfig=str(admin))
-    creds = candidates(lease, {}, lambda p: Path(p).exists())
+    creds = candidates(Access.from_lease(lease), {}, lambda p: Path(p).exists())
     assert [c.label for c in creds] == [str(admin), str(sup)]
     a = LeaseApi(lease, creds, get_log())
     assert isinstance(a.call(req(logic.Verb.GET)), logic.NotFound)
@@ -263,15 +264,18 @@ def test_credential_rules() -> None:
         return False
 
     with pytest.raises(ConfigError, match="not a pod"):
-        candidates(lease, {}, none)
+        candidates(Access.from_lease(lease), {}, none)
     pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
-    assert candidates(lease, pod, none) == [Credentials("in-cluster", None)]
+    assert candidates(Access.from_lease(lease), pod, none) == [Credentials("in-cluster", None)]
     # admin.conf on the host wins over in-cluster (a static pod with the hostPath mount)
-    assert candidates(lease, pod, lambda p: p == ADMIN_CONF)[0].kubeconfig == ADMIN_CONF
+    assert (
+        candidates(Access.from_lease(lease), pod, lambda p: p == ADMIN_CONF)[0].kubeconfig
+        == ADMIN_CONF
+    )
     with pytest.raises(ConfigError, match="does not exist"):
-        candidates(Lease(kubeconfig="/nope"), pod, none)
+        candidates(Access.from_lease(Lease(kubeconfig="/nope")), pod, none)
     with pytest.raises(ConfigError, match="needs a pod"):
-        candidates(Lease(kubeconfig="in-cluster"), {}, none)
+        candidates(Access.from_lease(Lease(kubeconfig="in-cluster")), {}, none)
 
 
 def test_microtime_always_has_six_digits() -> None:

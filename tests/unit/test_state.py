@@ -503,7 +503,35 @@ def test_every_reason_has_a_stable_label() -> None:
     seen += reasons(m.on_advert(4.5, v4(9), 200, 100))
     seen += reasons(m.on_timer(4.5 + 3.609375))
     seen += reasons(m.shutdown(9.0))
+    seen += reasons(m.link_up(9.5))
+    seen += reasons(m.link_down(10.0))
     assert {reason_label(r) for r in seen} == REASON_LABELS
+
+
+def test_link_down_leaves_the_election_without_an_advert() -> None:
+    """RFC 9568 §6.4: a Shutdown event, but a priority-0 advert cannot leave a down link."""
+    m = active(params(100), now=0.0)
+    actions = m.link_down(0.5)
+    assert actions == [BecomeBackup(m.last_reason)]
+    assert reason_label(m.last_reason) == "interface-down" and "was active" in m.last_reason
+    assert state_of(m) is State.INITIALIZE and m.deadline is None and m.master_ip is None
+    # A backup leaves the election too (it has no VIP, but it stops taking part).
+    b = started(params(100))
+    assert [reason_label(r) for r in reasons(b.link_down(1.0))] == ["interface-down"]
+    assert state_of(b) is State.INITIALIZE
+    # Already out: nothing to do.
+    assert b.link_down(2.0) == []
+
+
+def test_link_up_is_a_startup_with_its_own_reason() -> None:
+    m = active(params(100), now=0.0)
+    assert m.link_up(0.1) == []  # in the election already
+    m.link_down(0.5)
+    actions = m.link_up(2.0)
+    assert actions == [BecomeBackup(m.last_reason)]
+    assert reason_label(m.last_reason) == "interface-up"
+    assert state_of(m) is State.BACKUP and m.deadline == 2.0 + 3.609375
+    assert m.link_up(2.5) == []
 
 
 def test_module_is_pure() -> None:

@@ -7,9 +7,9 @@ What it is
     `backends_from_slices` (pure) reads a ``discovery.k8s.io/v1`` EndpointSliceList (as JSON
     data) and returns the ready addresses of the VIP's family. `merge` combines them with the
     static ``ipvs.backends`` (static first, in order; discovered ones after, sorted).
-    `EndpointSliceSource` (shell) lists the slices with the ``kubernetes`` client, using the
-    same credentials as the Lease backend (``vipd.lease.driver.candidates``: a kubeconfig,
-    admin.conf, or in-cluster), against the local API server; it is called from a worker
+    `EndpointSliceSource` (shell) lists the slices with the ``kubernetes`` client, reaching
+    the local API server the way the Lease backend does (``vipd.kube``: a kubeconfig,
+    admin.conf with the super-admin.conf fallback, or in-cluster); it is called from a worker
     thread.
 
 What it must not do: invent backends (an empty or failed answer keeps the last list: while
@@ -19,10 +19,14 @@ the API is down there is nothing better to know), or reach anything but the API 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from ipaddress import IPv4Address, IPv6Address, ip_address
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from vipd import kube
+
+if TYPE_CHECKING:
+    from vipd.config import IpvsDiscovery
 
 IPAddress = IPv4Address | IPv6Address
 SERVICE_LABEL = "kubernetes.io/service-name=kubernetes"
@@ -59,24 +63,24 @@ def merge(static: Sequence[IPAddress], discovered: Iterable[IPAddress]) -> tuple
 class EndpointSliceSource:
     """Lists ``default/kubernetes`` EndpointSlices with the ``kubernetes`` client (blocking)."""
 
-    def __init__(self, kubeconfig: str | None, api_server: str | None, family: int) -> None:
-        from vipd.config import Lease
-        from vipd.lease.driver import candidates
-
+    def __init__(self, discovery: IpvsDiscovery, family: int) -> None:
         self.family = family
-        self.lease = Lease(kubeconfig=kubeconfig, api_server=api_server)
-        self.creds = candidates(self.lease, dict(os.environ), os.path.exists)
+        self.session = kube.Session.open(kube.Access.from_discovery(discovery))
         self._api: Any = None
 
     def fetch(self) -> tuple[IPAddress, ...]:
+        """The ready addresses now; raises on any failure (the caller keeps its list). A
+        401/403 switches to the next credentials (``vipd.kube``) for the next call."""
+        from kubernetes import client
+
         if self._api is None:
-            from kubernetes import client
-
-            from vipd.lease.driver import _configuration
-
-            conf = _configuration(self.lease, self.creds[0])
-            self._api = client.DiscoveryV1Api(client.ApiClient(conf))
-        resp = self._api.list_namespaced_endpoint_slice(
-            "default", label_selector=SERVICE_LABEL, _preload_content=False, _request_timeout=5
-        )
+            self._api = client.DiscoveryV1Api(self.session.api_client())
+        try:
+            resp = self._api.list_namespaced_endpoint_slice(
+                "default", label_selector=SERVICE_LABEL, _preload_content=False, _request_timeout=5
+            )
+        except client.ApiException as exc:
+            if self.session.fall_back(int(exc.status or 0)):
+                self._api = None
+            raise
         return backends_from_slices(json.loads(resp.data), self.family)

@@ -3,7 +3,8 @@ health checker and drive with their role.
 
 What it is: `IpvsRuntime.start(health, leader)` adds the backends to the health checker's
 targets, chains onto its transition callback, and starts the reconciler (and, with
-``ipvs.discovery``, the EndpointSlice poller); `set_leader` follows the election;
+``ipvs.discovery``, the EndpointSlice poller); `set_leader` follows the role, called by the
+controller (``Controller.follow``) right after the VIP's own change;
 `stop()` removes the service and the NAT rule (stop and crash paths).
 
 What it must not do: elect, decide membership (``vipd.ipvs.plan``), or block the loop (the
@@ -19,6 +20,7 @@ from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
 from vipd.config import Config
+from vipd.ipvs.discovery import EndpointSliceSource, merge
 from vipd.ipvs.plan import Service, ServiceKey
 from vipd.ipvs.reconciler import IpvsReconciler, IpvsSpec
 
@@ -80,8 +82,6 @@ class IpvsRuntime:
     async def _discover(self) -> None:
         """Poll the default/kubernetes EndpointSlices; backends = static + discovered. A
         failed or empty answer keeps the last list (vipd.ipvs.discovery)."""
-        from vipd.ipvs.discovery import EndpointSliceSource, merge
-
         c = self.cfg.ipvs
         assert self.reconciler is not None
         loop = asyncio.get_running_loop()
@@ -90,9 +90,7 @@ class IpvsRuntime:
         while True:
             try:
                 if source is None:
-                    source = EndpointSliceSource(
-                        c.discovery.kubeconfig, c.discovery.api_server, self.cfg.vip.version
-                    )
+                    source = EndpointSliceSource(c.discovery, self.cfg.vip.version)
                 found = await loop.run_in_executor(None, source.fetch)
                 failures = 0
                 backends = merge(c.backends, found) if found else self.reconciler.spec.backends

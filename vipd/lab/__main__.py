@@ -1,7 +1,7 @@
-"""``python -m vipd.lab``: the lab runner until ``vipd lab`` is wired into the CLI.
+"""``python -m vipd.lab`` (and ``vipd lab``, which runs this module): the lab runner.
 
 It only parses arguments with ``vipd.lab.runner.add_arguments`` and calls ``runner.run``;
-it must not grow options or logic of its own (the CLI will call the same two functions).
+it must not grow options or logic of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from vipd.lab import runner
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m vipd.lab",
+        prog="vipd lab",
         description="Run VRRP daemons on network-namespace nodes, inject faults, and measure "
         "the outage a client sees.",
     )

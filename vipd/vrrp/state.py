@@ -4,8 +4,9 @@ What it is: RFC 9568 §6 (VRRPv3; "Active" is the RFC's new word for "Master") a
 §6 (VRRPv2) for a router that never owns the virtual address (priority 1..254), with the
 behaviour choices of keepalived 2.2.7 where the RFCs leave room. A :class:`Machine` is fed
 three kinds of input: a received advert (:meth:`Machine.on_advert`), the expiry of its single
-timer (:meth:`Machine.on_timer`) and commands from the shell (:meth:`Machine.start`,
-:meth:`Machine.set_priority`, :meth:`Machine.shutdown`). Each call returns a list of actions
+timer (:meth:`Machine.on_timer`) and commands and events from the shell (:meth:`Machine.start`,
+:meth:`Machine.set_priority`, :meth:`Machine.shutdown`, :meth:`Machine.link_down`,
+:meth:`Machine.link_up`). Each call returns a list of actions
 (:class:`SendAdvert`, :class:`BecomeActive`, :class:`BecomeBackup`, :class:`Announce`) that the
 shell performs in order, and leaves :attr:`Machine.deadline` set to the time at which the shell
 must call :meth:`Machine.on_timer` next.
@@ -39,6 +40,8 @@ The rules, with where they come from:
   equal from a smaller address): advertise at once (RFC 9568 change #5) and re-announce.
 - Shutdown (RFC 9568 §6.4.3 "Shutdown event"): an active router sends priority 0 so the
   backups take over after their skew instead of a full down interval.
+- Link down is a Shutdown event without the priority-0 advert (it cannot leave a down link);
+  link up is a Startup event (RFC 9568 §6.4: the interface is the router's "hardware").
 
 Reasons. Every transition carries a reason string ``"<label>: <details>"``. The label is one of
 :data:`REASON_LABELS` (stable: use it as a metric label, see :func:`reason_label`); the details
@@ -79,7 +82,15 @@ DOWN_TIMER_ADVERTS = 3
 
 # Stable first words of every reason string (see reason_label()).
 REASON_LABELS = frozenset(
-    {"start", "master-down", "preempted", "shutdown", "lower-priority-advert"}
+    {
+        "start",
+        "master-down",
+        "preempted",
+        "shutdown",
+        "lower-priority-advert",
+        "interface-down",
+        "interface-up",
+    }
 )
 
 _US_PER_S = 1_000_000
@@ -339,6 +350,32 @@ class Machine:
         reason = "shutdown: sent a priority-0 advert, backups take over after their skew time"
         self.last_reason = reason
         return [SendAdvert(0), BecomeBackup(reason)]
+
+    def link_down(self, now: float) -> list[Action]:
+        """The interface went down: a Shutdown event (RFC 9568 §6.4), without the advert.
+
+        A priority-0 advert cannot leave a down link, so none is sent: the peers time out
+        instead (Master_Down_Interval). Any state but INITIALIZE ends there with
+        ``BecomeBackup("interface-down: ...")`` (a backup leaves the election too); already
+        out of it, nothing happens.
+        """
+        was = self.state
+        if was is State.INITIALIZE:
+            return []
+        self.shutdown(now)
+        reason = f"interface-down: the link is down, leaving the election (was {was.value})"
+        self.last_reason = reason
+        return [BecomeBackup(reason)]
+
+    def link_up(self, now: float) -> list[Action]:
+        """The interface came up: a Startup event (RFC 9568 §6.4.1), as `start` but with its
+        own reason; nothing happens unless the machine is out of the election."""
+        if self.state is not State.INITIALIZE:
+            return []
+        self.start(now)
+        reason = f"interface-up: the link is up, entering backup, waiting {self._mdi_text()}"
+        self.last_reason = reason
+        return [BecomeBackup(reason)]
 
     def set_priority(self, now: float, priority: int) -> list[Action]:
         """Change our effective priority (health gating). 1..254.

@@ -7,7 +7,8 @@ protocol/next header 112) and §7.1 (receivers drop adverts whose TTL/hop limit 
 
 What it must not do: decode, judge or act on adverts (that is ``vrrp.packet`` and
 ``vrrp.state``), or block: sockets are non-blocking and the caller polls them from its event
-loop. One socket serves both directions; it is bound to the interface and, in multicast mode,
+loop (``wait_readable`` blocks only as long as the caller asks: the last ~2 ms before a
+takeover). One socket serves both directions; it is bound to the interface and, in multicast mode,
 joined to the group on that interface only (``IP_MULTICAST_ALL`` off), so adverts of other
 interfaces never reach it.
 
@@ -20,6 +21,7 @@ so it must be the one we computed it with, never the kernel's choice.
 from __future__ import annotations
 
 import errno
+import select
 import socket
 import struct
 from collections.abc import Iterable, Iterator
@@ -138,6 +140,11 @@ class Transport:
         # struct in_pktinfo { int ifindex; in_addr spec_dst; in_addr addr; }
         info = struct.pack("@i", self.ifindex) + self.source.packed + b"\x00\x00\x00\x00"
         return [(socket.IPPROTO_IP, IP_PKTINFO, info)]
+
+    def wait_readable(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for a datagram; True if one is waiting."""
+        readable, _, _ = select.select([self.sock.fileno()], [], [], timeout)
+        return bool(readable)
 
     def fileno(self) -> int:
         return self.sock.fileno()

@@ -1,0 +1,390 @@
+"""The agent: the one asyncio shell around an election backend.
+
+What it is
+    Everything both election backends share, in one place: the HTTP endpoint's heartbeat and
+    status (``vipd.endpoint.server``), the controller that turns a role into desired state on
+    the host (``vipd.controller``: the VIP, its gratuitous ARP, the IPVS leader flag), the
+    address and announcement actuators on the VIP's link, the link watch of the configured
+    interface, the health checker of the API servers (``vipd.health.checker``), the IPVS
+    runtime (``vipd.ipvs.runtime``), sd_notify, the ordered stop and the exit codes. It picks
+    the backend with a plain ``if`` (`make_election`) and talks to it only through the
+    election port (``vipd.election``): the backend publishes `Transition` records, the agent
+    pushes health and link events to it.
+
+    Start: the VIP's link (``prepare``), the actuators and the controller, the link watch, the
+    health checker, the backend's gating on it, IPVS, then the election itself. Signal handlers
+    only set an event. Stop (SIGTERM/SIGINT, exit 0) and crash (exit 1) take the same ordered
+    path: stop the health checks and the controller's resync, let the backend resign (it keeps
+    the VIP until a successor shows, bounded: make-before-break), remove the VIP, remove IPVS,
+    close the backend, close the actuators. A step that fails is logged and counted
+    (``vipd_stop_errors_total{step}``) and the stop goes on releasing.
+
+What it must not do: decide anything about the election (the backends' cores do), touch a
+backend's sockets or clients, or let one failed stop step leave the rest undone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from vipd import __version__, metrics
+from vipd import log as vlog
+from vipd.config import Config
+from vipd.controller import Controller, GarpPolicy
+from vipd.election import Election, Host, IPAddress, Transition
+from vipd.health.checker import HealthChecker
+from vipd.health.tracker import BackendHealth, Outcome
+from vipd.host import sdnotify
+from vipd.host.address import AddressActuator
+from vipd.host.announce import Announcer
+from vipd.host.linkwatch import LinkWatch
+from vipd.host.neighbor import announcement, parse_mac
+from vipd.ipvs.runtime import IpvsRuntime
+from vipd.preflight import Preflight
+
+if TYPE_CHECKING:
+    from vipd.endpoint.server import Endpoint
+
+EXIT_OK = 0
+EXIT_CRASH = 1
+
+
+def make_election(cfg: Config, pre: Preflight) -> Election:
+    """The backend ``election.mode`` names."""
+    if cfg.election.mode == "lease":
+        from vipd.lease.driver import LeaseElection
+
+        return LeaseElection(cfg, pre)
+    from vipd.vrrp.driver import VrrpElection
+
+    return VrrpElection(cfg, pre)
+
+
+class Agent:
+    """One node's agent: the shared shell around ``election``."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        pre: Preflight,
+        election: Election,
+        endpoint: Endpoint | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.pre = pre
+        self.election = election
+        self.endpoint = endpoint
+        self.log = vlog.get()
+        self.controller: Controller | None = None
+        self.address: AddressActuator | None = None
+        self.announcer: Announcer | None = None
+        self.linkwatch: LinkWatch | None = None
+        self.health: HealthChecker | None = None
+        self.ipvs: IpvsRuntime | None = None
+        self.garp_sent = 0
+        self.stop_errors = 0
+        self._stopping = False
+        self._fatal: asyncio.Future[None] | None = None
+
+    # -- what the backend calls -------------------------------------------------------------
+
+    def _on_transition(self, t: Transition) -> None:
+        """A role change from the backend's core: desired state, metrics, status.
+
+        Once the stop has begun the VIP goes only through the ordered stop (the backend keeps
+        it bound while it waits for a successor), so a transition then changes the metrics and
+        the status, not the host."""
+        if self.controller is not None and not self._stopping:
+            self.controller.set_leader(t.leader, t.at)
+        metrics.set_role(self.election.backend, t.role)
+        metrics.TRANSITIONS.labels(backend=self.election.backend, role=t.role, reason=t.label).inc()
+        self._publish(time.monotonic())
+
+    def _on_ready(self) -> None:
+        sdnotify.notify("READY=1")  # in the election (or waiting for its link)
+        self._publish(time.monotonic())
+
+    # -- health and link: pushed to the backend ---------------------------------------------
+
+    def _start_health(self) -> HealthChecker | None:
+        h = self.cfg.health
+        if h is None:
+            return None
+        peers = [a for a in self.election.health_peers if a != h.local]
+        health = HealthChecker(
+            peers,
+            h,
+            lambda addr, s: self._guarded(self._on_health, addr, s),
+            log=self.log,
+            on_check=self._count_health_check,
+        )
+        for addr in health.targets():
+            metrics.HEALTH_BACKEND_HEALTHY.labels(
+                backend=str(addr), local=str(addr == h.local).lower()
+            ).set(0)
+        return health
+
+    def _count_health_check(self, addr: IPAddress, outcome: Outcome) -> None:
+        metrics.HEALTH_CHECKS.labels(backend=str(addr), result="ok" if outcome.ok else "fail").inc()
+        metrics.HEALTH_CHECK_DURATION.labels(backend=str(addr)).observe(outcome.duration)
+
+    def _on_health(self, addr: IPAddress, health: BackendHealth) -> None:
+        local = self.cfg.health is not None and addr == self.cfg.health.local
+        metrics.HEALTH_BACKEND_HEALTHY.labels(backend=str(addr), local=str(local).lower()).set(
+            1 if health.healthy else 0
+        )
+        if not self._stopping:
+            self.election.on_health(addr, health)
+
+    def _on_link(self, up: bool) -> None:
+        metrics.INTERFACE_UP.labels(interface=self.pre.link.name).set(1 if up else 0)
+        if not self._stopping:
+            self.election.on_link(up)
+        self._publish(time.monotonic())
+
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+        """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            if self._fatal is not None and not self._fatal.done():
+                self._fatal.set_exception(exc)
+
+    def _count_garp(self, n: int) -> None:
+        self.garp_sent += n
+        metrics.GARP_SENT.inc(n)
+
+    # -- status ------------------------------------------------------------------------------
+
+    @property
+    def link_up(self) -> bool:
+        return bool(self.linkwatch is not None and self.linkwatch.state)
+
+    def readiness(self) -> tuple[bool, str]:
+        """/readyz: does this node take part in the election right now, and if not, why."""
+        if self._stopping:
+            return False, "stopping: leaving the election"
+        return self.election.readiness()
+
+    def status(self, now: float) -> dict[str, Any]:
+        """The /status document (``vipd.endpoint.status`` documents its shape)."""
+        part = self.election.status(now)
+        counters = dict(part.pop("counters", {}))
+        counters["garp_sent"] = self.garp_sent
+        return {
+            "node": self.cfg.node,
+            "version": __version__,
+            "vip": str(self.cfg.vip),
+            "interface": self.pre.link.name,
+            "source": str(self.pre.source),
+            "backend": self.election.backend,
+            "vip_bound": bool(self.controller is not None and self.controller.bound),
+            "interface_up": self.link_up,
+            **part,
+            "backends": self._backends(),
+            "counters": counters,
+        }
+
+    def _backends(self) -> list[dict[str, Any]]:
+        """Every health-check target (the local API server first, then the peers the backend
+        asked for and the IPVS backends) with its health and last check."""
+        if self.health is None:
+            return []
+        local = self.health.local
+        peers = set(self.election.health_peers)
+        out: list[dict[str, Any]] = []
+        snap = self.health.snapshot()
+        for addr in sorted(snap, key=lambda a: (a != local, a.version, int(a))):
+            h = snap[addr]
+            detail = h.error or (f"HTTP {h.status}" if h.status is not None else "not checked yet")
+            out.append(
+                {
+                    "name": "local" if addr == local else "peer" if addr in peers else "backend",
+                    "address": str(addr),
+                    "url": self.health.url(addr),
+                    "healthy": h.healthy,
+                    "detail": detail,
+                    "checks": h.checks,
+                    "last_check_ms": None if h.duration is None else round(h.duration * 1e3, 3),
+                }
+            )
+        return out
+
+    def _publish(self, now: float) -> None:
+        """Hand the status and readiness to the HTTP thread; a bug here must not kill the
+        election, so it is logged instead."""
+        if self.endpoint is None:
+            return
+        try:
+            ready, reason = self.readiness()
+            self.endpoint.publish(self.status(now), ready, reason)
+        except Exception:
+            self.log.exception("could not publish the status")
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Run until ``stop`` is set (exit 0) or something breaks (exit 1)."""
+        loop = asyncio.get_running_loop()
+        self._fatal = loop.create_future()
+        worker: asyncio.Task[None] | None = None
+        elect: asyncio.Task[None] | None = None
+        heart: asyncio.Task[None] | None = None
+        code = EXIT_OK
+        self.election.init_metrics()
+        if self.endpoint is not None:
+            self.endpoint.beat(time.monotonic())
+            heart = loop.create_task(self.endpoint.heartbeat(self._publish), name="heartbeat")
+        try:
+            link = await self.election.prepare()
+            self.announcer = Announcer(
+                link.name, announcement(parse_mac(link.mac), self.cfg.vip), self._count_garp
+            )
+            self.address = AddressActuator(link.index, self.cfg.vip)
+            self.controller = Controller(
+                address=self.address,
+                announcer=self.announcer,
+                garp=GarpPolicy.from_config(self.cfg.garp),
+                log=self.log,
+            )
+            worker = loop.create_task(self.controller.run(), name="controller")
+            self.linkwatch = LinkWatch(
+                self.pre.link.index, lambda up: self._guarded(self._on_link, up)
+            )
+            self.health = self._start_health()
+            self.election.attach(Host(self.controller, self.health, self.linkwatch.state))
+            if self.health is not None:
+                self.health.start()
+                if self.cfg.ipvs.enabled:
+                    self.ipvs = IpvsRuntime(self.cfg, self.pre.source, self.log)
+                    self.ipvs.start(self.health, self.controller.leader)
+                    self.controller.follow(self.ipvs)
+            loop.add_reader(self.linkwatch.fileno(), self._guarded, self.linkwatch.on_readable)
+            metrics.INTERFACE_UP.labels(interface=self.pre.link.name).set(
+                1 if self.linkwatch.state else 0
+            )
+            elect = loop.create_task(
+                self.election.run(self._on_transition, self._on_ready), name="election"
+            )
+            stopper = loop.create_task(stop.wait(), name="stop-signal")
+            waiters: set[asyncio.Future[Any]] = {stopper, self._fatal, worker, elect}
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            for fut in done:
+                if fut is not stopper and (exc := fut.exception()) is not None:
+                    raise exc
+            if worker in done:
+                raise RuntimeError("the controller stopped unexpectedly")
+            if elect in done:
+                raise RuntimeError("the election stopped unexpectedly")
+        except Exception:
+            self.log.exception("crashed: releasing the VIP and exiting")
+            code = EXIT_CRASH
+        self._stopping = True
+        self._publish(time.monotonic())
+        await self._stop(worker, elect, graceful=code == EXIT_OK)
+        if heart is not None:
+            heart.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heart
+        return code
+
+    async def _step(
+        self, step: str, what: str, action: Callable[[], Awaitable[None] | None]
+    ) -> None:
+        """One step of the ordered stop: a failure is logged and counted, never raised."""
+        try:
+            result = action()
+            if result is not None:
+                await result
+        except Exception as exc:
+            self.stop_errors += 1
+            metrics.STOP_ERRORS.labels(step=step).inc()
+            vlog.event(self.log, logging.ERROR, f"could not {what}", step=step, error=exc)
+
+    async def _stop(
+        self,
+        worker: asyncio.Task[None] | None,
+        elect: asyncio.Task[None] | None,
+        graceful: bool,
+    ) -> None:
+        """Health and resync off, the backend resigns (keeping the VIP until a successor shows),
+        then the VIP, IPVS, the backend's sockets and the actuators go, in that order."""
+        loop = asyncio.get_running_loop()
+        sdnotify.notify("STOPPING=1")
+        if self.health is not None:
+            self.health.stop()
+        for task in (elect, worker):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.controller is not None:
+            self.controller.quiesce()
+        was_leader = bool(self.controller is not None and self.controller.leader)
+        await self._step("resign", "resign", lambda: self.election.resign(graceful))
+        controller = self.controller
+        if controller is not None:
+            await self._step("vip", "remove the VIP", controller.release)
+        ipvs = self.ipvs
+        if ipvs is not None:
+            await self._step("ipvs", "remove the IPVS service", ipvs.stop)
+        linkwatch = self.linkwatch
+        if linkwatch is not None:
+
+            def close_linkwatch() -> None:
+                loop.remove_reader(linkwatch.fileno())
+                linkwatch.close()
+
+            await self._step("host", "close the link watch", close_linkwatch)
+        await self._step("election", "close the election", self.election.close)
+        announcer, address = self.announcer, self.address
+        if announcer is not None:
+            await self._step("host", "close the announcer", announcer.close)
+        if address is not None:
+            await self._step("host", "close the address actuator", address.close)
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "stopped",
+            was_leader=was_leader,
+            **self.election.stopped_fields(),
+            garp_sent=self.garp_sent,
+            stop_errors=self.stop_errors,
+        )
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def serve(cfg: Config, pre: Preflight, endpoint: Endpoint | None = None) -> int:
+    stop = asyncio.Event()
+    install_signal_handlers(stop)
+    return await Agent(cfg, pre, make_election(cfg, pre), endpoint).run(stop)
+
+
+def run(cfg: Config, pre: Preflight, endpoint: Endpoint | None = None) -> int:
+    """Run the agent on uvloop when it is installed, else on asyncio's default loop.
+
+    ``endpoint`` is the HTTP endpoint, already bound by the caller (the port is the per-node
+    lock, taken before joining the election); it serves while the agent runs."""
+    if endpoint is not None:
+        endpoint.start()
+    try:
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(serve(cfg, pre, endpoint))
+        return uvloop.run(serve(cfg, pre, endpoint))
+    finally:
+        if endpoint is not None:
+            endpoint.close()
