@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from vipd import __version__
+from vipd import log as vlog
 
 if TYPE_CHECKING:
     from vipd.config import Config
@@ -80,7 +81,6 @@ def _check_lease(cfg: Config) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from vipd import agent
-    from vipd import log as vlog
     from vipd.endpoint import server as httpd
 
     cfg, pre = _load(args.config)
@@ -93,13 +93,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_LISTEN
     logger = vlog.setup(cfg.log.format, cfg.log.level)
     for finding in pre.findings:
-        logger.info("preflight", extra={"fields": {"finding": finding}})
+        vlog.event(logger, logging.INFO, "preflight", finding=finding)
     conflict = _wait_out_conflict(cfg, pre, logger)
     if conflict is not None:
-        logger.info("preflight", extra={"fields": {"finding": conflict}})
-    logger.info(
+        vlog.event(logger, logging.INFO, "preflight", finding=conflict)
+    vlog.event(
+        logger,
+        logging.INFO,
         "endpoint listening",
-        extra={"fields": {"listen": cfg.metrics.listen, "paths": "/metrics /healthz /readyz"}},
+        listen=cfg.metrics.listen,
+        paths="/metrics /healthz /readyz",
     )
     return agent.run(cfg, pre, endpoint)
 
@@ -119,21 +122,19 @@ def _wait_out_conflict(cfg: Config, pre: Preflight, logger: logging.Logger) -> s
         if not found.foreign:
             break
         refused += 1
-        if refused in (1, 2) or refused % 30 == 0:
-            logger.warning(
+        if vlog.sparse(refused, 30):
+            vlog.event(
+                logger,
+                logging.WARNING,
                 "VIP held by another host",
-                extra={
-                    "fields": {
-                        "problem": found.describe(),
-                        "macs": ",".join(found.macs),
-                        "probes": refused,
-                        "retry_s": CONFLICT_RETRY,
-                    }
-                },
+                problem=found.describe(),
+                macs=",".join(found.macs),
+                probes=refused,
+                retry_s=CONFLICT_RETRY,
             )
         time.sleep(CONFLICT_RETRY)
     if refused:
-        logger.info("VIP no longer held by another host: joining", extra={"fields": {}})
+        vlog.event(logger, logging.INFO, "VIP no longer held by another host: joining")
     return _describe_probe(cfg, pre, found)
 
 

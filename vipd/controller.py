@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from vipd import log as vlog
 from vipd import metrics
 from vipd.host.address import Op, plan
 
@@ -143,9 +144,7 @@ class Controller:
         except Exception as exc:
             self.stats.reconcile_errors += 1
             metrics.RECONCILE_ERRORS.labels(actuator="address").inc()
-            self.log.error(
-                "reconcile failed", extra={"fields": {"actuator": "address", "error": exc}}
-            )
+            vlog.event(self.log, logging.ERROR, "reconcile failed", actuator="address", error=exc)
             self._retry.set()
             return False
         finally:
@@ -179,7 +178,7 @@ class Controller:
                     self.stats.resync_repairs += 1
                     metrics.VIP_REPAIRS.inc()
                 what = "missing while leader: re-adding" if op is Op.ADD else "present: removing"
-                self.log.warning(f"VIP {what}", extra={"fields": {"vip": self.address.vip}})
+                vlog.event(self.log, logging.WARNING, f"VIP {what}", vip=self.address.vip)
             self.bound = present
         if want:
             if self._pending_takeover is not None or not self.bound:
@@ -191,7 +190,7 @@ class Controller:
             if removed or self.bound:
                 self.stats.vip_removed += 1
                 metrics.VIP_CHANGES.labels(op="remove").inc()
-                self.log.info("VIP removed", extra={"fields": {"vip": self.address.vip}})
+                vlog.event(self.log, logging.INFO, "VIP removed", vip=self.address.vip)
             self.bound = False
 
     def _bind(self) -> None:
@@ -218,7 +217,7 @@ class Controller:
                 announced - takeover.decided
             )
         metrics.VIP_CHANGES.labels(op="add").inc()
-        self.log.info("VIP bound and announced", extra={"fields": fields})
+        vlog.event(self.log, logging.INFO, "VIP bound and announced", **fields)
 
     def _schedule_followups(self, loop: asyncio.AbstractEventLoop) -> None:
         self._cancel_timers()
@@ -256,8 +255,8 @@ class Controller:
         if self.address.remove() or self.bound:
             self.stats.vip_removed += 1
             metrics.VIP_CHANGES.labels(op="remove").inc()
-            self.log.info(
-                "VIP removed", extra={"fields": {"vip": self.address.vip, "reason": "stopping"}}
+            vlog.event(
+                self.log, logging.INFO, "VIP removed", vip=self.address.vip, reason="stopping"
             )
         self.bound = False
         self._export_bound()

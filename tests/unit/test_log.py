@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from vipd.log import StructuredFormatter
+from vipd.log import Sparse, StructuredFormatter, event, sparse
 
 
 def record(
@@ -70,3 +70,56 @@ def test_exceptions_and_odd_values_do_not_raise() -> None:
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError):
         StructuredFormatter("xml")
+
+
+class Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(StructuredFormatter("logfmt"))
+
+    def emit(self, rec: logging.LogRecord) -> None:
+        self.lines.append(self.format(rec).split(" ", 1)[1])  # without the timestamp
+
+
+@pytest.fixture
+def captured() -> tuple[logging.Logger, Capture]:
+    logger = logging.getLogger("vipd.test_log")
+    logger.handlers.clear()
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    cap = Capture()
+    logger.addHandler(cap)
+    return logger, cap
+
+
+def test_event_renders_its_fields_in_order(captured: tuple[logging.Logger, Capture]) -> None:
+    logger, cap = captured
+    event(logger, logging.WARNING, "VIP held", problem="two holders", probes=3, **{"from": "a"})
+    assert cap.lines == ['level=warning msg="VIP held" problem="two holders" probes=3 from=a']
+
+
+def test_event_below_the_level_costs_nothing(captured: tuple[logging.Logger, Capture]) -> None:
+    logger, cap = captured
+    logger.setLevel(logging.INFO)
+    event(logger, logging.DEBUG, "quiet", n=1)
+    assert cap.lines == []
+
+
+def test_sparse_logs_powers_of_two_then_every_nth() -> None:
+    assert [n for n in range(1, 40) if sparse(n, 10)] == [1, 2, 4, 8, 10, 16, 20, 30, 32]
+    assert not sparse(0, 10)
+
+
+def test_sparse_event_counts_per_key(captured: tuple[logging.Logger, Capture]) -> None:
+    logger, cap = captured
+    dropped = Sparse(logger, "advert dropped", every=1000)
+    counts = [dropped("vrid", reason="vrid") for _ in range(5)]
+    dropped("auth", level=logging.ERROR, reason="auth")
+    assert counts == [1, 2, 3, 4, 5]
+    assert cap.lines == [
+        'level=warning msg="advert dropped" reason=vrid count=1',
+        'level=warning msg="advert dropped" reason=vrid count=2',
+        'level=warning msg="advert dropped" reason=vrid count=4',
+        'level=error msg="advert dropped" reason=auth count=1',
+    ]

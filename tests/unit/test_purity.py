@@ -1,4 +1,5 @@
-"""The pure core imports nothing that does I/O or reads a clock."""
+"""The pure core imports nothing that does I/O, reads a clock, draws random numbers, runs
+threads, exports metrics or talks to Kubernetes, directly or through another vipd module."""
 
 from __future__ import annotations
 
@@ -24,8 +25,22 @@ PURE = [
     "lab/timeline.py",
     "host/conflict.py",
     "host/vmac.py",
+    "election.py",
 ]
-FORBIDDEN = {"asyncio", "socket", "pyroute2", "time", "select", "selectors", "subprocess", "os"}
+FORBIDDEN = {
+    "asyncio",
+    "socket",
+    "pyroute2",
+    "time",
+    "select",
+    "selectors",
+    "subprocess",
+    "os",
+    "prometheus_client",
+    "random",
+    "threading",
+    "kubernetes",
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -42,3 +57,14 @@ def imported_modules(path: Path) -> set[str]:
 def test_core_module_is_pure(module: str) -> None:
     bad = imported_modules(ROOT / module) & FORBIDDEN
     assert not bad, f"{module} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_core_module_imports_only_the_core(module: str) -> None:
+    """A pure module's vipd imports are pure too (``vipd`` itself only carries the version),
+    so the forbidden modules cannot come in through a shell module either."""
+    from tests.unit.test_imports import GRAPH
+
+    pure = {"vipd." + m.removesuffix(".py").replace("/", ".") for m in PURE}
+    name = "vipd." + module.removesuffix(".py").replace("/", ".")
+    assert GRAPH[name] - pure - {"vipd"} == set()

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
 from typing import Protocol
 
+from vipd import log as vlog
 from vipd import metrics
 from vipd.ipvs.actuator import IpvsActuator, Masquerade
 from vipd.ipvs.plan import (
@@ -211,7 +212,7 @@ class IpvsReconciler:
         except Exception as exc:
             self.stats.reconcile_errors += 1
             metrics.RECONCILE_ERRORS.labels(actuator="ipvs").inc()
-            self.log.error("reconcile failed", extra={"fields": {"actuator": "ipvs", "error": exc}})
+            vlog.event(self.log, logging.ERROR, "reconcile failed", actuator="ipvs", error=exc)
             return None
         self._record(result, healthy)
         return result
@@ -227,9 +228,12 @@ class IpvsReconciler:
             and pool.rule in ("bootstrap", "keep-last")
             and (previous is None or previous.rule != pool.rule)
         ):
-            self.log.warning(
+            vlog.event(
+                self.log,
+                logging.WARNING,
                 "ipvs pool rule applied",
-                extra={"fields": {"rule": pool.rule, "reason": pool.reason}},
+                rule=pool.rule,
+                reason=pool.reason,
             )
         up = sum(1 for s in result.servers if s in healthy)
         metrics.IPVS_REAL_SERVERS.labels(state="healthy").set(up)
@@ -244,7 +248,7 @@ class IpvsReconciler:
                 self.stats.servers_removed += 1
             elif isinstance(op, DelService):
                 self.stats.services_removed += 1
-            self.log.info("ipvs changed", extra={"fields": {"op": describe(op)}})
+            vlog.event(self.log, logging.INFO, "ipvs changed", op=describe(op))
         if self.on_pass is not None:
             self.on_pass(result)
 
@@ -285,9 +289,7 @@ class IpvsReconciler:
             self.stats.reconcile_errors += 1
             metrics.RECONCILE_ERRORS.labels(actuator="ipvs").inc()
             self._nat_installed = None  # unknown: look again next time
-            self.log.error(
-                "reconcile failed", extra={"fields": {"actuator": "ipvs-nat", "error": exc}}
-            )
+            vlog.event(self.log, logging.ERROR, "reconcile failed", actuator="ipvs-nat", error=exc)
 
     async def settle_nat(self) -> None:
         """Wait for the NAT convergence in flight, if any (tests and shutdown)."""
@@ -303,14 +305,17 @@ class IpvsReconciler:
                 return  # nft is a process spawn: not on every pass of a health change
             self._nat_checked = now
             if self._nat.ensure():
-                self.log.info(
+                vlog.event(
+                    self.log,
+                    logging.INFO,
                     "ipvs source NAT installed",
-                    extra={"fields": {"table": "vipd_ipvs", "service": self.spec.service.key}},
+                    table="vipd_ipvs",
+                    service=self.spec.service.key,
                 )
             self._nat_installed = True
         elif self._nat_installed is not False:
             if self._nat.remove():
-                self.log.info("ipvs source NAT removed", extra={"fields": {"table": "vipd_ipvs"}})
+                vlog.event(self.log, logging.INFO, "ipvs source NAT removed", table="vipd_ipvs")
             self._nat_installed = False
 
     def _release(self) -> bool:
@@ -318,7 +323,7 @@ class IpvsReconciler:
 
     def _release_nat(self) -> None:
         if self._nat is not None and self._nat.remove():
-            self.log.info("ipvs source NAT removed", extra={"fields": {"table": "vipd_ipvs"}})
+            vlog.event(self.log, logging.INFO, "ipvs source NAT removed", table="vipd_ipvs")
         self._nat_installed = False
 
     async def release(self) -> None:
@@ -335,9 +340,12 @@ class IpvsReconciler:
                 metrics.IPVS_SERVICE.set(0)
                 for state in metrics.IPVS_STATES:
                     metrics.IPVS_REAL_SERVERS.labels(state=state).set(0)
-                self.log.info(
+                vlog.event(
+                    self.log,
+                    logging.INFO,
                     "ipvs service removed",
-                    extra={"fields": {"service": self.spec.service.key, "reason": "stopping"}},
+                    service=self.spec.service.key,
+                    reason="stopping",
                 )
             await nat
         finally:

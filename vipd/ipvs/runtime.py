@@ -19,6 +19,7 @@ import logging
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
+from vipd import log as vlog
 from vipd.config import Config
 from vipd.ipvs.discovery import EndpointSliceSource, merge
 from vipd.ipvs.plan import Service, ServiceKey
@@ -62,17 +63,15 @@ class IpvsRuntime:
         c = self.cfg.ipvs
         if c.discovery.enabled:
             self._tasks.append(loop.create_task(self._discover(), name="ipvs-discovery"))
-        self.log.info(
+        vlog.event(
+            self.log,
+            logging.INFO,
             "ipvs on",
-            extra={
-                "fields": {
-                    "service": self.spec.service.key,
-                    "scheduler": c.scheduler,
-                    "forwarding": c.forwarding,
-                    "backends": ",".join(map(str, c.backends)),
-                    "discovery": c.discovery.enabled,
-                }
-            },
+            service=self.spec.service.key,
+            scheduler=c.scheduler,
+            forwarding=c.forwarding,
+            backends=",".join(map(str, c.backends)),
+            discovery=c.discovery.enabled,
         )
 
     def set_leader(self, leader: bool) -> None:
@@ -96,16 +95,21 @@ class IpvsRuntime:
                 backends = merge(c.backends, found) if found else self.reconciler.spec.backends
                 if self.reconciler.set_backends(backends):
                     self.health.set_targets(backends)
-                    self.log.info(
+                    vlog.event(
+                        self.log,
+                        logging.INFO,
                         "ipvs backends discovered",
-                        extra={"fields": {"backends": ",".join(map(str, backends))}},
+                        backends=",".join(map(str, backends)),
                     )
             except Exception as exc:
                 failures += 1
-                if failures in (1, 10) or failures % 100 == 0:
-                    self.log.warning(
+                if vlog.sparse(failures, 100):
+                    vlog.event(
+                        self.log,
+                        logging.WARNING,
                         "ipvs discovery failed: keeping the backends",
-                        extra={"fields": {"error": exc, "failures": failures}},
+                        error=exc,
+                        failures=failures,
                     )
             await asyncio.sleep(c.discovery.interval)
 
@@ -119,6 +123,4 @@ class IpvsRuntime:
             try:
                 await self.reconciler.release()
             except Exception as exc:
-                self.log.error(
-                    "could not remove the IPVS service", extra={"fields": {"error": exc}}
-                )
+                vlog.event(self.log, logging.ERROR, "could not remove the IPVS service", error=exc)
