@@ -31,13 +31,13 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vipd import __version__, metrics
 from vipd import log as vlog
 from vipd.config import Config
-from vipd.controller import Controller, GarpPolicy
-from vipd.election import Election, Host, IPAddress, Transition
+from vipd.controller import Address, Announce, Controller, GarpPolicy
+from vipd.election import Election, Host, IPAddress, Transition, VipLink
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth, Outcome
 from vipd.host import sdnotify
@@ -53,6 +53,39 @@ if TYPE_CHECKING:
 
 EXIT_OK = 0
 EXIT_CRASH = 1
+
+
+class LinkState(Protocol):
+    """What the agent needs of ``vipd.host.linkwatch.LinkWatch`` (a fake in unit tests)."""
+
+    state: bool
+
+    def fileno(self) -> int: ...
+    def on_readable(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Actuator(Address, Protocol):
+    def close(self) -> None: ...
+
+
+class Announcement(Announce, Protocol):
+    def close(self) -> None: ...
+
+
+# The host seams: the VIP's actuators on a link, and the watch of the configured interface.
+MakeActuators = Callable[
+    [VipLink, IPAddress, Callable[[int], None]], "tuple[Actuator, Announcement]"
+]
+WatchLink = Callable[[int, Callable[[bool], None]], LinkState]
+
+
+def host_actuators(
+    link: VipLink, vip: IPAddress, on_sent: Callable[[int], None]
+) -> tuple[Actuator, Announcement]:
+    """The real ones: netlink for the address, a packet socket for the announcements."""
+    announcer = Announcer(link.name, announcement(parse_mac(link.mac), vip), on_sent)
+    return AddressActuator(link.index, vip), announcer
 
 
 def make_election(cfg: Config, pre: Preflight) -> Election:
@@ -75,16 +108,21 @@ class Agent:
         pre: Preflight,
         election: Election,
         endpoint: Endpoint | None = None,
+        *,
+        actuators: MakeActuators = host_actuators,
+        watch_link: WatchLink = LinkWatch,
     ) -> None:
         self.cfg = cfg
+        self._make_actuators = actuators
+        self._watch_link = watch_link
         self.pre = pre
         self.election = election
         self.endpoint = endpoint
         self.log = vlog.get()
         self.controller: Controller | None = None
-        self.address: AddressActuator | None = None
-        self.announcer: Announcer | None = None
-        self.linkwatch: LinkWatch | None = None
+        self.address: Actuator | None = None
+        self.announcer: Announcement | None = None
+        self.linkwatch: LinkState | None = None
         self.health: HealthChecker | None = None
         self.ipvs: IpvsRuntime | None = None
         self.garp_sent = 0
@@ -243,10 +281,9 @@ class Agent:
             heart = loop.create_task(self.endpoint.heartbeat(self._publish), name="heartbeat")
         try:
             link = await self.election.prepare()
-            self.announcer = Announcer(
-                link.name, announcement(parse_mac(link.mac), self.cfg.vip), self._count_garp
+            self.address, self.announcer = self._make_actuators(
+                link, self.cfg.vip, self._count_garp
             )
-            self.address = AddressActuator(link.index, self.cfg.vip)
             self.controller = Controller(
                 address=self.address,
                 announcer=self.announcer,
@@ -254,7 +291,7 @@ class Agent:
                 log=self.log,
             )
             worker = loop.create_task(self.controller.run(), name="controller")
-            self.linkwatch = LinkWatch(
+            self.linkwatch = self._watch_link(
                 self.pre.link.index, lambda up: self._guarded(self._on_link, up)
             )
             self.health = self._start_health()

@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from vipd import kube, metrics
 from vipd import log as vlog
@@ -186,10 +186,19 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-ApiFactory = Callable[[Lease, logging.Logger], LeaseApi]
+class Api(Protocol):
+    """What the election needs of `LeaseApi` (an in-memory store in the unit tests)."""
+
+    @property
+    def using(self) -> Credentials: ...
+
+    def call(self, req: logic.Request) -> logic.Outcome: ...
 
 
-def open_api(lease: Lease, log: logging.Logger) -> LeaseApi:
+ApiFactory = Callable[[Lease, logging.Logger], Api]
+
+
+def open_api(lease: Lease, log: logging.Logger) -> Api:
     """The API client for this host's credentials (``vipd.kube.candidates``)."""
     session = kube.Session.open(kube.Access.from_lease(lease), log)
     return LeaseApi(lease, session.creds, log)
@@ -232,7 +241,7 @@ class LeaseElection:
         self.errors: dict[str, int] = {}
         self.controller: Controller | None = None
         self.health: HealthChecker | None = None
-        self.api: LeaseApi | None = None
+        self.api: Api | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=4, thread_name_prefix="lease-api"
         )

@@ -1,0 +1,140 @@
+"""The agent with the Lease backend, on an in-memory Lease store and fake host actuators.
+
+What it tests: acquiring a free Lease (the VIP bound, the core's label on the transition), the
+graceful release (the Lease's holder cleared, the VIP kept until another holder shows in the
+Lease, then removed), the peer's re-acquisition of the released Lease, and the first node
+acquiring it again once that peer released it in turn. The store answers in memory; the
+timings are short real ones (the driver waits on the loop for the core's ``wake_at``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from ipaddress import IPv4Address
+
+from tests.unit.hostfakes import FakeLeaseApi, Host, LeaseStore
+from vipd import config, metrics
+from vipd.agent import EXIT_OK, Agent
+from vipd.lease.driver import LeaseElection
+from vipd.preflight import HostLink, Preflight
+
+VIP = IPv4Address("10.0.0.100")
+LEASE = {"duration": 2, "renew_deadline": 1.5, "retry_period": 0.1}
+
+
+class Node:
+    def __init__(self, name: str, store: LeaseStore) -> None:
+        self.name = name
+        self.cfg = config.parse(
+            {
+                "node": name,
+                "vip": str(VIP),
+                "interface": "eth0",
+                "election": {"mode": "lease", "lease": LEASE},
+            }
+        )
+        self.pre = Preflight(
+            link=HostLink("eth0", 2, True, False, "02:00:00:00:00:11"),
+            source=IPv4Address("10.0.0.11"),
+            findings=(),
+            stale_vip=False,
+        )
+        self.host = Host(VIP)
+        self.election = LeaseElection(
+            self.cfg,
+            self.pre,
+            open_api=lambda lease, log: FakeLeaseApi(store),
+            jitter=lambda: 0.0,
+        )
+        self.agent = Agent(
+            self.cfg,
+            self.pre,
+            self.election,
+            actuators=self.host.actuators,
+            watch_link=self.host.watch_link,
+        )
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task[int] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.agent.run(self.stop))
+
+    @property
+    def bound(self) -> bool:
+        return self.host.address is not None and self.host.address.present
+
+    async def stopped(self) -> int:
+        assert self.task is not None
+        return await asyncio.wait_for(self.task, 10)
+
+
+async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def transitions(role: str, reason: str) -> float:
+    labels = {"backend": "lease", "role": role, "reason": reason}
+    return metrics.REGISTRY.get_sample_value("vipd_role_transitions_total", labels) or 0.0
+
+
+def test_release_and_reacquire() -> None:
+    async def scenario() -> None:
+        store = LeaseStore()
+        a, b = Node("a", store), Node("b", store)
+        created = transitions("leader", "created")
+        a.start()
+        await until(lambda: a.bound)
+        assert store.record is not None and store.record.holder == "a"
+        assert a.host.events[:2] == ["bind", "garp"]
+        assert transitions("leader", "created") == created + 1
+        assert a.agent.status(0.0)["role"] == "leader"
+        b.start()
+        await asyncio.sleep(0.3)  # b reads a valid Lease held by a: it follows
+        assert not b.bound and b.agent.status(0.0)["lease"]["holder"] == "a"
+
+        # a stops: it releases the Lease but keeps the VIP until b holds it.
+        released = transitions("follower", "released")
+        a.stop.set()
+        await until(lambda: ("update", None) in store.writes)
+        assert transitions("follower", "released") == released + 1
+        await until(lambda: b.bound)
+        assert store.record is not None and store.record.holder == "b"
+        assert await a.stopped() == EXIT_OK
+        assert a.host.events == ["bind", "garp", "unbind"]  # the VIP went last
+        assert store.record.transitions == 1  # a new holder: one more transition
+
+        # a comes back; b stops; a takes the released Lease again.
+        a2 = Node("a", store)
+        a2.start()
+        await asyncio.sleep(0.2)
+        assert not a2.bound
+        b.stop.set()
+        await until(lambda: a2.bound)
+        assert await b.stopped() == EXIT_OK
+        assert store.record is not None and store.record.holder == "a"
+        a2.stop.set()
+        assert await a2.stopped() == EXIT_OK
+        assert not a2.bound
+
+    asyncio.run(scenario())
+
+
+def test_status_reports_the_link_and_no_hard_coded_interface_state() -> None:
+    async def scenario() -> None:
+        store = LeaseStore()
+        a = Node("a", store)
+        a.start()
+        await until(lambda: a.bound)
+        assert a.agent.status(0.0)["interface_up"] is True
+        assert a.host.link is not None
+        a.host.link.flip(False)
+        await until(lambda: a.agent.status(0.0)["interface_up"] is False)
+        a.stop.set()
+        assert await a.stopped() == EXIT_OK
+
+    asyncio.run(scenario())

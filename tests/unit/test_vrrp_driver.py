@@ -1,0 +1,241 @@
+"""The agent with the VRRP backend, on a fake wire, a fake clock and fake host actuators.
+
+What it tests: the ordering logic that used to run only in root netns tests — the takeover
+(advert first, then the VIP, then the gratuitous ARP, all from one timer expiry that finishes
+the last ``TIMER_SLACK`` on the socket), the make-before-break stop (priority 0, the VIP kept
+until the successor's advert is heard, then removed), a link flap (down: the VIP goes, no
+advert, out of the election; up: a backup again, with the core's own reason labels), and the
+crash path (a bug in a loop callback: the same ordered cleanup, exit 1, and a failing stop step
+logged and counted while the rest is still released).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from ipaddress import IPv4Address
+from typing import Any
+
+from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert
+from vipd import config, metrics
+from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
+from vipd.preflight import HostLink, Preflight
+from vipd.vrrp import state
+from vipd.vrrp.driver import TIMER_SLACK, VrrpElection
+
+VIP = IPv4Address("10.0.0.100")
+SELF = IPv4Address("10.0.0.11")
+PEER = "10.0.0.12"
+# Master_Down_Interval at priority 100, advert 1 s (RFC 9568 §6.1): 3 + (256-100)/256.
+MDI = 3 + 156 / 256
+
+
+class Node:
+    def __init__(self, priority: int = 100) -> None:
+        self.cfg = config.parse(
+            {
+                "node": "n1",
+                "vip": str(VIP),
+                "interface": "eth0",
+                "election": {"mode": "vrrp", "vrrp": {"vrid": 51, "priority": priority}},
+            }
+        )
+        self.pre = Preflight(
+            link=HostLink("eth0", 2, True, False, "02:00:00:00:00:11"),
+            source=SELF,
+            findings=(),
+            stale_vip=False,
+        )
+        self.clock = FakeClock()
+        self.timers = FakeTimers(self.clock)
+        self.host = Host(VIP)
+        self.events: Events = self.host.events
+        self.wire: FakeWire | None = None
+        self.election = VrrpElection(
+            self.cfg,
+            self.pre,
+            clock=self.clock,
+            open_wire=self._open_wire,
+            call_later=self.timers.call_later,
+            claimwatch=False,
+        )
+        self.agent = Agent(
+            self.cfg,
+            self.pre,
+            self.election,
+            actuators=self.host.actuators,
+            watch_link=self.host.watch_link,
+        )
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task[int] | None = None
+
+    def _open_wire(self, ifname: str, ifindex: int, source: Any, peers: Any, rx: bool) -> FakeWire:
+        self.wire = FakeWire(self.events, self.clock, (IPv4Address("224.0.0.18"),))
+        return self.wire
+
+    async def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.agent.run(self.stop))
+        await until(lambda: self.election.machine.state is state.State.BACKUP)
+
+    async def take_over(self) -> None:
+        """Let the master-down timer run out: the takeover."""
+        due = self.timers.fire_next()
+        assert abs(due - (1000.0 + MDI - TIMER_SLACK)) < 1e-9  # armed TIMER_SLACK early
+        assert self.election.machine.state is state.State.ACTIVE
+        assert abs(self.clock.now - (1000.0 + MDI)) < 1e-9  # finished on the socket
+
+    async def stopped(self) -> int:
+        assert self.task is not None
+        return await asyncio.wait_for(self.task, 5)
+
+
+async def until(cond: Callable[[], bool], timeout: float = 3.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.001)
+
+
+def run(scenario: Callable[[Node], Awaitable[None]], **node: Any) -> None:
+    async def main() -> None:
+        await scenario(Node(**node))
+
+    asyncio.run(main())
+
+
+def transitions(role: str, reason: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "vipd_role_transitions_total", {"backend": "vrrp", "role": role, "reason": reason}
+    )
+    return value or 0.0
+
+
+def test_takeover_sends_the_advert_then_binds_then_announces() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        assert n.events == []  # a backup is silent and holds nothing
+        before = transitions("leader", "master-down")
+        mark = len(n.events)
+        await n.take_over()
+        assert n.events.since(mark) == ["advert:100", "bind", "garp"]
+        assert transitions("leader", "master-down") == before + 1
+        assert n.agent.status(n.clock.now)["role"] == "leader"
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_a_better_advert_inside_the_last_slack_stops_the_takeover() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        assert n.wire is not None
+        n.wire.queue.append(advert(PEER, 200))  # already waiting when the slack begins
+        n.timers.fire_next()
+        assert n.election.machine.state is state.State.BACKUP
+        assert "bind" not in n.events and "advert:100" not in n.events
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_stop_is_make_before_break() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None and n.host.address is not None
+        mark = len(n.events)
+        n.stop.set()
+        await until(lambda: "advert:0" in n.events.since(mark))
+        await asyncio.sleep(0.05)
+        # Resigned, but the VIP stays until the successor is heard (or none can come).
+        assert n.events.since(mark) == ["advert:0"] and n.host.address.present
+        assert not n.agent.readiness()[0]
+        n.wire.inject(advert(PEER, 100))
+        assert await n.stopped() == EXIT_OK
+        assert n.events.since(mark) == ["advert:0", "unbind"]
+        assert n.wire.closed and n.host.address.closed
+
+    run(scenario)
+
+
+def test_link_flap_leaves_and_rejoins_the_election() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.host.link is not None
+        down_before = transitions("init", "interface-down")
+        up_before = transitions("follower", "interface-up")
+        mark = len(n.events)
+        n.host.link.flip(False)
+        await until(lambda: n.election.machine.state is state.State.INITIALIZE)
+        # No priority-0 advert (it cannot leave a down link): the VIP just goes.
+        assert n.events.since(mark) == ["unbind"]
+        assert transitions("init", "interface-down") == down_before + 1
+        assert n.agent.readiness() == (False, "interface eth0 is down: not in the election")
+        assert n.agent.status(n.clock.now)["interface_up"] is False
+        assert n.timers.next_due() is None  # out of the election: no timer
+        n.host.link.flip(True)
+        await until(lambda: n.election.machine.state is state.State.BACKUP)
+        assert transitions("follower", "interface-up") == up_before + 1
+        assert n.election.machine.last_reason.startswith("interface-up:")
+        mark = len(n.events)
+        n.timers.fire_next()  # a full down interval later: leader again
+        assert n.events.since(mark) == ["advert:100", "bind", "garp"]
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_a_crash_takes_the_same_ordered_path_and_counts_a_failed_step() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None and n.host.address is not None
+        assert n.host.announcer is not None
+        n.host.address.fail_close = OSError("netlink socket already gone")
+        errors = metrics.REGISTRY.get_sample_value("vipd_stop_errors_total", {"step": "host"})
+        mark = len(n.events)
+        n.wire.fail_receive = RuntimeError("a bug in the receive path")
+        n.wire.inject(advert(PEER, 50))
+        await until(lambda: "advert:0" in n.events.since(mark))
+        n.wire.inject(advert(PEER, 100))  # the successor
+        assert await n.stopped() == EXIT_CRASH
+        assert n.events.since(mark) == ["advert:0", "unbind"]
+        after = metrics.REGISTRY.get_sample_value("vipd_stop_errors_total", {"step": "host"})
+        assert after == (errors or 0.0) + 1
+        # The failed step did not stop the rest.
+        assert n.wire.closed and n.host.announcer.closed
+
+    run(scenario)
+
+
+def test_health_is_pushed_into_the_priority() -> None:
+    """The gated priority follows the checker's change at once (no polling)."""
+
+    async def scenario(n: Node) -> None:
+        from vipd.health.tracker import BackendHealth
+
+        await n.start()
+        cfg = config.parse(
+            {
+                "node": "n1",
+                "vip": str(VIP),
+                "interface": "eth0",
+                "election": {"vrrp": {"vrid": 51, "priority": 100}},
+                "health": {"weight": 60},
+            }
+        )
+        n.election.cfg = cfg
+        assert cfg.health is not None
+        n.election.on_health(cfg.health.local, BackendHealth(healthy=False, since=n.clock.now))
+        assert n.election.machine.priority == 40
+        n.election.on_health(cfg.health.local, BackendHealth(healthy=True, since=n.clock.now))
+        assert n.election.machine.priority == 100
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
