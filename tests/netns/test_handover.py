@@ -24,6 +24,7 @@ The measured numbers are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import subprocess
@@ -35,6 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.netns import waiting
 from vipd.lab import analysis
 from vipd.lab.addrwatch import AddressWatch
 from vipd.lab.fakes.kubelet import ContainerRun, Kubelet, PodRun, write_manifest
@@ -48,15 +50,6 @@ RESCAN = 1.0  # the real kubelet: 20 s; adopt's wait scales with it, nothing els
 MDI = state.master_down_interval(3, 100, round(ADVERT * 100))
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
-
-
 def render(kind: str, config: Path) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "vipd", "manifest", kind, "--config", str(config)],
@@ -65,6 +58,10 @@ def render(kind: str, config: Path) -> str:
         check=True,
     )
     return out.stdout
+
+
+# Each poll here is costly (an HTTP request, a log read, podman): not every 10 ms.
+wait_for = functools.partial(waiting.wait_for, step=0.02)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from tests.netns.waiting import wait_for
 from vipd.lab import faults, runner
 from vipd.lab.daemons import Daemon, HealthSpec, VrrpSpec, make_daemon
 from vipd.lab.healthwatch import HealthWatch
@@ -39,17 +40,6 @@ from vipd.lab.topology import VIP4, Lab, python_argv, python_env
 from vipd.vrrp import state
 
 MARGIN = 1.0  # scheduling on a shared 2-core machine, Python start-up excluded
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.01) -> float | None:
-    start = time.monotonic()
-    while True:
-        if cond():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            return None
-        time.sleep(step)
-
 
 # -- the checker against real HTTPS servers --------------------------------------------------
 

@@ -12,6 +12,7 @@ VIP over gracefully and exits 0.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.netns import waiting
 from tests.netns.podman import IMAGE, Podman, missing_tools
 from tests.prereq import missing
 from vipd.lab.daemons import VipdDaemon, VrrpSpec
@@ -34,6 +36,10 @@ from vipd.vrrp import state
 ROOT = Path(__file__).resolve().parents[2]
 ADVERT = 0.1
 CAP_NET_ADMIN, CAP_NET_RAW = 12, 13
+
+
+# Each poll here is costly (an HTTP request, a log read, podman): not every 10 ms.
+wait_for = functools.partial(waiting.wait_for, step=0.02)
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +55,6 @@ def image(netns_ok: None) -> Iterator[Podman]:
     build_s = time.monotonic() - started - base_s
     print(f"\nimage: base ready in {base_s:.1f} s, build {build_s:.1f} s")
     yield podman
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def test_image_has_vipd_as_entrypoint_and_no_compiler(image: Podman) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.netns.waiting import wait_for as wait_until
 from vipd.lab import runner
 from vipd.lab.analysis import measure, stable_on
 from vipd.lab.daemons import VrrpSpec, make_fleet
@@ -33,15 +34,6 @@ CONNECT = (
     "s = socket.create_connection((sys.argv[1], 6443), timeout=2)\n"
     "print(s.recv(64).decode().strip())\n"
 )
-
-
-def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def start_responders(lab: Lab) -> list[Responder]:

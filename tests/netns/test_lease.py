@@ -20,6 +20,7 @@ Timing bounds are the protocol's plus a margin for these shared 2-core machines.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import signal
 import threading
@@ -31,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from tests.netns import waiting
 from vipd.lab import faults
 from vipd.lab.daemons import LeaseSpec, VipdDaemon, VrrpSpec
 from vipd.lab.fakes.lease_emulator import Emulator, serve_in_netns
@@ -44,18 +46,12 @@ NAME = "vipd-cp-lock"
 LINE = re.compile(r'^ts=(\S+) level=\w+ msg="(became leader|became follower)"')
 
 
+# Each poll here is costly (an HTTP request, a log read, podman): not every 10 ms.
+wait_for = functools.partial(waiting.wait_for, step=0.02)
+
+
 def wall() -> float:
     return time.time()
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> float | None:
-    start = time.monotonic()
-    while True:
-        if cond():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            return None
-        time.sleep(step)
 
 
 @dataclass
@@ -160,7 +156,7 @@ class LeaseCluster:
                 return True
             return False
 
-        assert wait_for(one, timeout, 0.05) is not None, (
+        assert wait_for(one, timeout, step=0.05) is not None, (
             f"no single leader (holders {self.holders()})\n{self.logs()}"
         )
         return got[0]
@@ -206,7 +202,9 @@ def lease_cluster(
         c.record()
         for d in daemons.values():
             d.start()
-        assert wait_for(lambda: all(c.started(n) for n in daemons), 30, 0.05) is not None, c.logs()
+        assert wait_for(lambda: all(c.started(n) for n in daemons), 30, step=0.05) is not None, (
+            c.logs()
+        )
         return c
 
     try:

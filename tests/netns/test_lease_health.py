@@ -70,7 +70,9 @@ def gated_lease(make_lab: Callable[..., Lab]) -> Iterator[Callable[..., Gated]]:
         c.record()
         for d in daemons.values():
             d.start()
-        assert wait_for(lambda: all(c.started(n) for n in daemons), 30, 0.05) is not None, c.logs()
+        assert wait_for(lambda: all(c.started(n) for n in daemons), 30, step=0.05) is not None, (
+            c.logs()
+        )
         return c
 
     try:
@@ -109,7 +111,7 @@ def test_the_vip_leaves_a_lease_leader_whose_api_server_fails(
 ) -> None:
     c = gated_lease(3)
     old = c.leader()
-    assert wait_for(lambda: all_healthy(c), 10.0, 0.05) is not None, c.logs()
+    assert wait_for(lambda: all_healthy(c), 10.0, step=0.05) is not None, c.logs()
     log = c.daemons[old].log_text()
     assert "lease: health gating on" in log and "exclude=etcd" in log, log
     t0 = time.time()
@@ -138,7 +140,7 @@ def test_the_vip_leaves_a_lease_leader_whose_api_server_fails(
         snaps[:] = [status(c, old)]
         return bool(snaps[0]["role"] == "follower")
 
-    fresh = wait_for(published, 3.0, 0.1)
+    fresh = wait_for(published, 3.0, step=0.1)
     st = snaps[0]
     assert fresh is not None and st["lease"]["gave_way"] == 1, st
     assert st["lease"]["local_healthy"] is False and st["lease"]["peer_healthy"] is True, st
@@ -154,7 +156,7 @@ def test_the_vip_leaves_a_lease_leader_whose_api_server_fails(
         c.api[old].start()
     else:
         c.api[old].set_health("ok")
-    moved = wait_for(lambda: c.holders() != [new], D + 2 * P, 0.05)
+    moved = wait_for(lambda: c.holders() != [new], D + 2 * P, step=0.05)
     assert moved is None, f"the VIP moved to {c.holders()}\n{c.logs()}"
     assert c.leaders_now() == [new]
     c.stop_recording()
@@ -170,7 +172,7 @@ def test_a_lone_lease_node_without_an_api_server_takes_and_keeps_the_vip(
     log = c.daemons["n1"].log_text()
     assert "no peers listed: this node never gives way" in log, log
     assert 'msg="API server healthy"' not in log  # it never was
-    lost = wait_for(lambda: c.holders() != ["n1"], 2 * D + P, 0.05)
+    lost = wait_for(lambda: c.holders() != ["n1"], 2 * D + P, step=0.05)
     assert lost is None, f"holders {c.holders()}\n{c.logs()}"
     assert c.daemons["n1"].log_text().count("became leader") == 1
 

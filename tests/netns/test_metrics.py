@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import re
@@ -30,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from tests.netns import waiting
 from tests.prereq import missing
 from vipd.endpoint import server as httpd
 from vipd.lab import faults
@@ -55,6 +56,10 @@ DASHBOARD = ROOT / "manifests" / "monitoring" / "vipd-dashboard.json"
 CLONE_NEWNET = 0x40000000
 PORT = 2112
 SCRAPE_INTERVAL = 0.5  # seconds; Prometheus accepts sub-second intervals
+
+
+# Each poll here is costly (an HTTP request, a log read, podman): not every 10 ms.
+wait_for = functools.partial(waiting.wait_for, step=0.05)
 
 
 def in_netns(ns: str, fn: Callable[[], T]) -> T:
@@ -104,16 +109,6 @@ def http_get(ns: str, url: str, timeout: float = 3.0) -> tuple[int, str]:
 
 def node_get(lab: Lab, name: str, path: str) -> tuple[int, str]:
     return http_get(lab.node(name).ns, f"http://127.0.0.1:{PORT}{path}")
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if cond():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
 
 
 def sample(text: str, name: str, labels: str = "") -> float | None:
@@ -278,13 +273,13 @@ def test_prometheus_sees_one_leader_then_the_next_after_a_failover(cluster: Clus
     try:
         every = {addr(lab, n) for n in cluster.daemons}
         # Every target scraped, and exactly one leader: n1 (priority 200).
-        assert wait_for(lambda: prom.instances("up == 1") == every, 60, 0.25), (
+        assert wait_for(lambda: prom.instances("up == 1") == every, 60, step=0.25), (
             prom.query("up"),
             prom.log.read_text()[-2000:],
         )
         leader = 'vipd_role{backend="vrrp",role="leader"} == 1'
-        assert wait_for(lambda: prom.instances(leader) == {addr(lab, "n1")}, 30, 0.25), prom.query(
-            'vipd_role{role="leader"}'
+        assert wait_for(lambda: prom.instances(leader) == {addr(lab, "n1")}, 30, step=0.25), (
+            prom.query('vipd_role{role="leader"}')
         )
         assert prom.instances('vipd_role{role="follower"} == 1') == {
             addr(lab, "n2"),
@@ -301,7 +296,7 @@ def test_prometheus_sees_one_leader_then_the_next_after_a_failover(cluster: Clus
         before = node_get(lab, "n2", "/metrics")[1]
         faults.kill(lab, faults.NodeRig(lab.node("n1"), cluster.daemons["n1"]))
         cluster.converge("n2", timeout=cluster.mdi(150) + 10.0)
-        assert wait_for(lambda: prom.instances(leader) == {n2}, 30, 0.25), (
+        assert wait_for(lambda: prom.instances(leader) == {n2}, 30, step=0.25), (
             prom.query('vipd_role{role="leader"}'),
             prom.query("up"),
         )
@@ -325,7 +320,7 @@ def test_prometheus_sees_one_leader_then_the_next_after_a_failover(cluster: Clus
         # and neither VIP alert is pending or firing: one node holds the VIP throughout.
         n1 = addr(lab, "n1")
         down = 'ALERTS{alertname="VipdDown"}'
-        assert wait_for(lambda: prom.instances(down) == {n1}, 30, 0.25), prom.query("ALERTS")
+        assert wait_for(lambda: prom.instances(down) == {n1}, 30, step=0.25), prom.query("ALERTS")
         vip_alerts = 'ALERTS{alertname=~"VipdNoNodeHoldsVip|VipdVipOnSeveralNodes"}'
         assert prom.query(vip_alerts) == []
     finally:
@@ -357,7 +352,7 @@ def check_dashboard_and_rules(prom: Prometheus) -> None:
         healthy = {r["name"] for r in rules if r["health"] == "ok"}
         return healthy == expected
 
-    assert wait_for(rules_ok, 20, 0.25), prom.api("rules")
+    assert wait_for(rules_ok, 20, step=0.25), prom.api("rules")
 
 
 # -- promtool on the real exposition ---------------------------------------------------------

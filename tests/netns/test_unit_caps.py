@@ -12,15 +12,20 @@ machines do not have; `systemd-analyze verify` checks them in tests/unit/test_pa
 
 from __future__ import annotations
 
+import functools
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.netns import waiting
 from vipd.lab.daemons import VipdDaemon, VrrpSpec
 from vipd.lab.topology import VIP4, Lab
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "vipd.service"
+
+
+# Each poll here is costly (an HTTP request, a log read, podman): not every 10 ms.
+wait_for = functools.partial(waiting.wait_for, step=0.02)
 
 
 def unit_caps(key: str) -> list[str]:
@@ -46,15 +51,6 @@ class ConfinedVipd(VipdDaemon):
             "--",
             *super()._prepare(),
         ]
-
-
-def wait_for(cond: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 def test_vipd_works_with_exactly_the_units_capabilities(make_lab: Callable[..., Lab]) -> None:

@@ -23,22 +23,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.netns.waiting import wait_for
 from vipd.lab import faults
 from vipd.lab.daemons import Daemon, VipdDaemon, VrrpSpec, make_daemon
 from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, VIP6, Lab, python_argv, python_env
 from vipd.vrrp import state
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.01) -> float | None:
-    """Seconds until ``cond()`` held, or None if it never did within ``timeout``."""
-    start = time.monotonic()
-    while True:
-        if cond():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            return None
-        time.sleep(step)
 
 
 @dataclass

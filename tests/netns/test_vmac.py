@@ -15,11 +15,11 @@ import json
 import signal
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 
 import pytest
 
+from tests.netns.waiting import wait_for
 from vipd.host import vmac
 from vipd.lab import faults
 from vipd.lab.daemons import Daemon, VrrpSpec, make_daemon
@@ -31,15 +31,6 @@ VRID = 51
 LINK = vmac.link_name(VRID)
 MAC = vmac.virtual_mac(VRID)
 SPEC = VrrpSpec(vip=VIP4, vrid=VRID, advert_interval=0.1, vmac=True)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.01) -> bool:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(step)
-    return True
 
 
 class VmacCluster:
