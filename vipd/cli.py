@@ -81,14 +81,14 @@ def _check_lease(cfg: Config) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from vipd import agent
-    from vipd.endpoint import server as httpd
+    from vipd.endpoint import server
 
     cfg, pre = _load(args.config)
     # The endpoint's port is bound before anything else happens: it is the per-node lock that
     # keeps a second vipd out of the election (`vipd adopt` relies on it).
     try:
-        endpoint = httpd.Endpoint.bind(cfg.metrics.listen)
-    except httpd.ListenError as exc:
+        endpoint = server.Endpoint.bind(cfg.metrics.listen)
+    except server.ListenError as exc:
         print(f"vipd: {exc}", file=sys.stderr)
         return EXIT_LISTEN
     logger = vlog.setup(cfg.log.format, cfg.log.level)

@@ -38,10 +38,10 @@ an error caused by one names the variable; an empty variable counts as unset)
 
 Rules and where they come from
     - ``vip`` is an IP literal, never a DNS name: the control-plane endpoint is baked into the
-      API server's certificates and kubeconfigs (endpoint contract, ``seeds/endpoint-contract-
-      alauda``: "Use an IP address, not a domain name"). It must be a unicast address clients
-      can reach: IPv4 not 0/8, loopback, link-local, multicast or 240/4; IPv6 global unicast
-      (2000::/3) or unique local (fc00::/7).
+      API server's certificates and kubeconfigs by ``kubeadm init`` (its
+      ``controlPlaneEndpoint``), so it must not depend on a resolver. It must be a unicast
+      address clients can reach: IPv4 not 0/8, loopback, link-local, multicast or 240/4;
+      IPv6 global unicast (2000::/3) or unique local (fc00::/7).
     - VRID 1..255 (RFC 9568 §5.2.3, RFC 3768 §5.3.3). Priority 1..254: 255 belongs to the
       address owner and 0 means "resigning" (RFC 9568 §5.2.4); vipd is never the owner because
       the VIP must not be a node address.
@@ -100,7 +100,7 @@ ENV_OVERRIDES: Mapping[str, tuple[str, Literal["str", "int", "float"]]] = {
     "VIPD_LOG_FORMAT": ("log.format", "str"),
 }
 
-# Keys of features that are designed (shared/design.md) but not built. They are rejected like
+# Keys of features that are designed but not built. They are rejected like
 # any unknown key, with a hint, so that nobody believes a health gate or IPVS is running.
 # One key per line: each lands with its own feature and leaves this list on its own line.
 _NOT_IMPLEMENTED: frozenset[str] = frozenset()

@@ -9,8 +9,9 @@ periodic resync re-observes the host, so a VIP deleted by hand on the leader com
 VIP left behind on a follower goes away, and a change that failed is retried.
 
 What it must not do: elect (that is the backend's job), or wait on anything slow: it runs on
-the loop that sends adverts (keepalived issues #1653 and #2066 are what happens when VIP work
-delays adverts), so every call it makes is a bounded, non-blocking kernel request.
+the loop that sends adverts (https://github.com/acassen/keepalived/issues/1653 and /2066
+show what happens when VIP work delays adverts), so every call it makes is a bounded,
+non-blocking kernel request.
 """
 
 from __future__ import annotations

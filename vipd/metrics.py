@@ -319,7 +319,7 @@ INTERFACE_UP = Gauge(
     registry=REGISTRY,
 )
 
-# -- health (issue 3) -------------------------------------------------------------------------
+# -- health ----------------------------------------------------------------------------------
 
 # Check durations: a healthy API server answers /readyz in milliseconds; the top buckets
 # reach the largest health.timeout (just under health.interval, up to 300 s).
@@ -351,7 +351,7 @@ HEALTH_CHECK_DURATION = Histogram(
     registry=REGISTRY,
 )
 
-# -- IPVS (issue 3) ---------------------------------------------------------------------------
+# -- IPVS --------------------------------------------------------------------------------------
 
 IPVS_STATES = ("healthy", "unhealthy")
 IPVS_OPS = (

@@ -1,0 +1,2 @@
+"""Running vipd on Kubernetes: the manifests rendered from one config (``manifest``) and the
+static pod to DaemonSet handover (``adopt``)."""

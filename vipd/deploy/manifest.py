@@ -3,11 +3,11 @@
 What it is: pure functions from a vipd config (the YAML mapping a user wrote, validated here
 with ``vipd.config``) to Kubernetes objects as plain dicts, and to YAML text. The static pod
 that bootstraps the VIP before ``kubeadm init`` and the DaemonSet that takes over later are
-rendered from the *same* config, so they cannot drift apart (the kube-vip procedure in
-``seeds/control-plane-vip-kube-vip-handover`` keeps an inventory and a daemonset.yaml "in
-step" by hand). The config travels inside the manifest, in ``$VIPD_CONFIG`` (``vipd run``
-reads it when ``--config`` is not given), without its ``node`` key: every pod takes its
-identity from ``spec.nodeName`` through the downward API (``NODE_NAME``).
+rendered from the *same* config, so they cannot drift apart (two hand-written manifests for
+one VIP, the usual static-pod-then-DaemonSet procedure, have to be kept in step by hand).
+The config travels inside the manifest, in ``$VIPD_CONFIG`` (``vipd run`` reads it when
+``--config`` is not given), without its ``node`` key: every pod takes its identity from
+``spec.nodeName`` through the downward API (``NODE_NAME``).
 
 What the objects guarantee (asserted in tests/unit/test_manifest.py):
 
@@ -151,9 +151,9 @@ def _split_listen(listen: str) -> tuple[str, int]:
 
 
 def _stop_deadline(cfg: config.Config) -> float:
-    """vipd's longest graceful stop. VRRP: the make-before-break wait of daemon.VrrpInstance.
-    Lease: the release (one request, bounded by the renew deadline) and then at most one
-    retry period waiting for the next holder."""
+    """vipd's longest graceful stop. VRRP: the make-before-break wait of the VRRP backend
+    (``vipd.vrrp.driver``). Lease: the release (one request, bounded by the renew deadline)
+    and then at most one retry period waiting for the next holder."""
     lease = cfg.election.lease
     if cfg.election.mode == "lease" and lease is not None:
         return float(lease.renew_deadline + lease.retry_period)
@@ -211,7 +211,7 @@ def _vipd_container(p: Plan, opts: Options, *, in_cluster: bool) -> dict[str, An
     ]
     if in_cluster:
         # The ServiceAccount's client talks to this node's API server, not to the Service
-        # IP: it must work before the VIP and any service proxy exist (kube-vip #721).
+        # IP: it must work before the VIP and any service proxy exist (https://github.com/kube-vip/kube-vip/issues/721).
         env += [
             {
                 "name": "KUBERNETES_SERVICE_HOST",

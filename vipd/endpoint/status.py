@@ -1,7 +1,7 @@
 """``vipd status``: read a running vipd's /status document and print it for an operator.
 
 What it is: ``render(doc)`` (pure: the JSON document in, lines of text out) and ``fetch(url)``
-(one HTTP GET with a timeout). The document is what ``VrrpInstance.status()`` builds on the
+(one HTTP GET with a timeout). The document is what ``vipd.agent.Agent.status()`` builds on the
 event loop and ``vipd.endpoint.server`` serves at ``/status``, with the endpoint's own
 verdicts added::
 

@@ -1,9 +1,10 @@
 """The health check's HTTP/1.1 exchange, as bytes in and bytes out.
 
 What it is: the request (``GET <path>`` with ``Host``, ``Connection: close``) and the parser
-of the response's status line. The endpoint contract (``seeds/endpoint-contract-alauda``) is
-"an HTTPS check to https://<node>:6443/healthz, require HTTP 200": only the status line
-matters, the body is never read. kube-apiserver serves ``/readyz``, ``/healthz`` and
+of the response's status line. The check is the one a load balancer in front of kubeadm's
+API servers makes (kubernetes/kubeadm ``docs/ha-considerations.md``: an HTTPS ``GET
+/healthz`` on each node's 6443 that must answer 200): only the status line matters, the body
+is never read. kube-apiserver serves ``/readyz``, ``/healthz`` and
 ``/livez`` to anonymous clients (the ``system:public-info-viewer`` role); with anonymous auth
 turned off it answers 401, which is a failed check like any other status but 200.
 

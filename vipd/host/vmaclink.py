@@ -6,7 +6,7 @@ the sysctls ``vipd.host.vmac`` lists, and removes it and restores the parent's s
 Start and stop only, never the takeover path, so pyroute2's synchronous IPRoute is fine here
 (the daemon calls it in a worker thread: IPRoute runs an asyncio loop of its own).
 
-What it must not do: bind or remove the VIP (``actuators.address`` does, on the macvlan's
+What it must not do: bind or remove the VIP (``vipd.host.address`` does, on the macvlan's
 index), or touch any link but the parent's sysctls and the macvlan of its own name.
 """
 

@@ -20,7 +20,7 @@ What it is
     Kubernetes nodes need forwarding on anyway, and kube-proxy's IPVS mode sets
     ``vs.conntrack`` too, so turning either off when vipd steps down could break them.
 
-pyroute2 pitfalls handled here (``shared/reference/ipvs-in-a-guest.md``)
+pyroute2 pitfalls handled here (pyroute2 ``pyroute2/netlink/generic/ipvs.py``)
     - ``IPVSDest`` defaults to direct routing (3): the forwarding method is always passed.
     - ``IPVSDest.from_message()["fwd_method"]`` always reads 3: the raw
       ``IPVS_DEST_ATTR_FWD_METHOD`` attribute is read instead.

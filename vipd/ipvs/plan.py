@@ -7,7 +7,7 @@ What it is
     vipd owns; `plan(observed, desired)` returns the operations, in the order to apply them.
     ``plan(x, x) == []`` for every ``x``: a converged table costs nothing but the observation.
 
-Pool rules (CAPVCO's, ``seeds/ha-control-plane-capvco.txt``)
+Pool rules
     - A backend joins the pool only once it is healthy (its API server answers the health
       check, rise/fall already applied by the checker), and leaves it when it stops being
       healthy.

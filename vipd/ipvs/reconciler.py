@@ -10,7 +10,8 @@ What it is
     the desired table is "no service": that is also what removes a service a crashed run left.
 
     The netlink and nft work runs on one worker thread, so the election loop never waits for
-    it (keepalived issues #1653 and #2066 are what happens when VIP work delays adverts) and
+    it (https://github.com/acassen/keepalived/issues/1653 and /2066 show what happens when VIP
+    work delays adverts) and
     passes never overlap. ``release`` (step-down is a pass; stop and crash call release)
     removes the service and the NAT rule.
 

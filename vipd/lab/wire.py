@@ -6,11 +6,11 @@ What it is: ``Capture`` runs one ``tcpdump -Q in`` per node port inside the lab'
 ``br0`` itself would miss unicast frames switched between two ports). ``Capture.adverts()``
 reads the pcap files back into ``WireAdvert`` records with kernel (CLOCK_REALTIME) timestamps,
 so timings are wire-to-wire and free of process or log latency. ``contract_problems`` checks
-one advert against the interop contract (shared/reference/keepalived-vrrp.md §0 and §1.5): TTL
-255, exact lengths, version, VRID, the single VIP, v2 interval/auth, and the checksum in the
-form keepalived verifies (v2: message only; v3/IPv4: with the IPv4 pseudo-header; IPv6: the
-IPv6 pseudo-header). It is written from the RFCs and keepalived's code, not from vipd's codec,
-so a shared misunderstanding cannot hide.
+one advert against what a keepalived peer accepts (RFC 9568 §5.1-§5.2 and §7.1, keepalived's
+``vrrp.c`` receive checks): TTL 255, exact lengths, version, VRID, the single VIP, v2
+interval/auth, and the checksum in the form keepalived verifies (v2: message only; v3/IPv4:
+with the IPv4 pseudo-header; IPv6: the IPv6 pseudo-header). It is written from the RFCs and
+keepalived's code, not from vipd's codec, so a shared misunderstanding cannot hide.
 
 What it must not do: decide pass/fail for a test (it returns data and problem strings), or
 touch anything outside the lab's lan namespace.
