@@ -2,7 +2,7 @@
 table, and from its recovery to its re-add, in a real kernel (a qemu guest booting Debian's
 linux-image-amd64, as tests/vm does), with the real HTTPS health checker and reconciler.
 
-Targets (issue 3): removal within fall x interval + one interval, re-add within
+Targets: removal within fall x interval + one interval, re-add within
 rise x interval + one interval. A failure starts at a random phase of the check schedule,
 so the expected spread is one interval below the target's first term.
 

@@ -1,6 +1,6 @@
 """Podman for the tests: vipd's image built from a locally made base, without a registry.
 
-What it is: the recipe of ``shared/reference/podman-build.md`` as code. Storage and config
+What it is: a rootful podman set up for this kind of machine, as code. Storage and config
 live in one directory outside the checkout (``$VIPD_PODMAN_DIR``, default
 ``/var/tmp/vipd-podman``) so layers survive between runs; runc instead of crun (crun fails
 on this machine's hybrid cgroups), explicit ulimits (rootful podman asks for more than the

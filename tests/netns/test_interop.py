@@ -585,7 +585,7 @@ def test_negative_control_version_mismatch_is_dual_master(
 # -- the wire checker itself ---------------------------------------------------------------
 
 # keepalived's own algorithm's output for src 10.0.0.2, VRID 51, prio 100, VIP 10.0.0.100,
-# advert 1 s (shared/reference/keepalived-vrrp.md §1.3).
+# advert 1 s (keepalived's vrrp.c checksum code, RFC 9568 §5.2.8).
 GOLDEN = [
     # (VRRP message hex, dst, version, auth_pass, keepalived accepts it)
     ("21336401000170660a0000640000000000000000", "224.0.0.18", 2, None, True),

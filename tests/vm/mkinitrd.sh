@@ -3,7 +3,7 @@
 # kernel KVER, and an /init that mounts the host's / read-only over 9p (tmpfs overlays on /tmp,
 # /var/tmp and /root, tmpfs /run), switch_roots into it (the kernel runs /sbin/modprobe in PID
 # 1's root to autoload ip_vs), runs the script named by vmscript= as root and powers off,
-# printing VM_RC=<exit code> on the console. Recipe: shared/reference/ipvs-in-a-guest.md.
+# printing VM_RC=<exit code> on the console.
 set -euo pipefail
 KVER=$1; OUT=$2
 D=$(mktemp -d); trap 'rm -rf "$D"' EXIT

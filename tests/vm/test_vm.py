@@ -1,6 +1,6 @@
 """Runs tests/vm/guest inside a qemu guest booting Debian's linux-image-amd64 (the host
-kernel has no IPVS): one boot, one pytest process (tests/vm/vmrun.sh; recipe in
-shared/reference/ipvs-in-a-guest.md). About 2 minutes under software emulation.
+kernel has no IPVS): one boot, one pytest process (tests/vm/vmrun.sh). About 2 minutes under
+software emulation.
 
 Skips, with the reason printed, only where qemu, a kernel with ip_vs modules, busybox-static
 or ipvsadm is missing, or when not root (9p reads the host's files as the qemu user); under

@@ -3,7 +3,7 @@
 # (TCG: /dev/kvm here only runs PVM guests) with the host's / shared read-only over 9p, runs
 # SCRIPT (absolute path, executable, no spaces) as root in the guest, prints its console
 # output and exits with its exit code (255: no result, i.e. timeout or guest crash; 254: no
-# kernel with ip_vs modules). Recipe and timings: shared/reference/ipvs-in-a-guest.md.
+# kernel with ip_vs modules).
 set -euo pipefail
 SCRIPT=$1
 KVER=${2:-$(for k in $(ls /boot/vmlinuz-* 2>/dev/null | sed 's|/boot/vmlinuz-||' | sort -V); do
