@@ -364,7 +364,6 @@ class Agent:
                     await task
         if self.controller is not None:
             self.controller.quiesce()
-        was_leader = bool(self.controller is not None and self.controller.leader)
         await self._step("resign", "resign", lambda: self.election.resign(graceful))
         controller = self.controller
         if controller is not None:
@@ -390,7 +389,6 @@ class Agent:
             self.log,
             logging.INFO,
             "stopped",
-            was_leader=was_leader,
             **self.election.stopped_fields(),
             garp_sent=self.garp_sent,
             stop_errors=self.stop_errors,

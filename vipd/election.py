@@ -133,5 +133,6 @@ class Election(Protocol):
         ...
 
     def stopped_fields(self) -> dict[str, object]:
-        """Counters for the final "stopped" log line."""
+        """The first fields of the final "stopped" log line: whether this node led when the
+        stop began, and the backend's counters."""
         ...

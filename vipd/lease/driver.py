@@ -510,6 +510,7 @@ class LeaseElection:
 
     def stopped_fields(self) -> dict[str, object]:
         return {
+            "was_leader": self._was_leader,
             "renewals": self.elector.stats_renewals,
             "errors": dict(self.errors),
         }
