@@ -12,7 +12,6 @@ index), or touch any link but the parent's sysctls and the macvlan of its own na
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from vipd.host import vmac
@@ -79,14 +78,24 @@ class VmacLink:
         return self.index
 
     def stop(self) -> None:
-        """Remove the macvlan (and the VIP with it) and restore the parent's sysctls."""
+        """Remove the macvlan (and the VIP with it) and restore the parent's sysctls.
+
+        Every step is tried; the first failure is raised after the rest were done (the
+        caller logs and counts it)."""
         from pyroute2 import IPRoute
 
+        errors: list[Exception] = []
         with IPRoute() as ipr:
             for index in ipr.link_lookup(ifname=self.name):
-                with contextlib.suppress(Exception):
+                try:
                     ipr.link("del", index=index)
+                except Exception as exc:
+                    errors.append(exc)
         for path, old in self._saved:
-            with contextlib.suppress(OSError):
+            try:
                 _write(path, old)
+            except OSError as exc:
+                errors.append(exc)
         self._saved.clear()
+        if errors:
+            raise errors[0]

@@ -14,7 +14,6 @@ reconciler and the poller work on threads).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any
@@ -114,13 +113,19 @@ class IpvsRuntime:
             await asyncio.sleep(c.discovery.interval)
 
     async def stop(self) -> None:
-        """Remove the service and the NAT rule; never raises (it is on the way out)."""
+        """Stop the reconciler and the poller, then remove the service and the NAT rule.
+
+        A task that had failed is logged; a failed removal is raised after that (the agent
+        logs and counts it, then goes on releasing)."""
         for task in self._tasks:
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        if self.reconciler is not None:
             try:
-                await self.reconciler.release()
+                await task
+            except asyncio.CancelledError:
+                pass
             except Exception as exc:
-                vlog.event(self.log, logging.ERROR, "could not remove the IPVS service", error=exc)
+                vlog.event(
+                    self.log, logging.ERROR, "ipvs task had failed", task=task.get_name(), error=exc
+                )
+        if self.reconciler is not None:
+            await self.reconciler.release()
