@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.netns.waiting import wait_for
 from vipd.lab import faults, timeline
 from vipd.lab.analysis import Attempt, stable_on
 from vipd.lab.daemons import Daemon, HealthSpec, VrrpSpec, make_daemon
@@ -72,12 +73,7 @@ class Rig:
         return self.spec.master_down_interval(self.daemons[node].priority)
 
     def wait(self, cond: Callable[[], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not cond():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        return wait_for(cond, timeout) is not None
 
     def serving(self, node: str, since: float, timeout: float) -> None:
         """Wait until the VIP is on ``node`` alone and the client has STABLE s of it."""
