@@ -343,7 +343,7 @@ class Agent:
         except Exception as exc:
             self.stop_errors += 1
             metrics.STOP_ERRORS.labels(step=step).inc()
-            vlog.event(self.log, logging.ERROR, f"could not {what}", step=step, error=exc)
+            vlog.event(self.log, logging.ERROR, "stop step failed", step=step, what=what, error=exc)
 
     async def _stop(
         self,

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Address
 from typing import Any
 
+import pytest
+
 from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert
 from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
@@ -190,7 +192,9 @@ def test_link_flap_leaves_and_rejoins_the_election() -> None:
     run(scenario)
 
 
-def test_a_crash_takes_the_same_ordered_path_and_counts_a_failed_step() -> None:
+def test_a_crash_takes_the_same_ordered_path_and_counts_a_failed_step(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def scenario(n: Node) -> None:
         await n.start()
         await n.take_over()
@@ -209,6 +213,8 @@ def test_a_crash_takes_the_same_ordered_path_and_counts_a_failed_step() -> None:
         assert after == (errors or 0.0) + 1
         # The failed step did not stop the rest.
         assert n.wire.closed and n.host.announcer.closed
+        failed = [r for r in caplog.records if r.getMessage() == "stop step failed"]
+        assert [getattr(r, "fields", {}).get("step") for r in failed] == ["host"]
 
     run(scenario)
 
