@@ -111,6 +111,50 @@ def test_no_issue_numbers_or_outside_notes(path: Path) -> None:
     assert not found, f"{path.relative_to(ROOT)}:\n" + "\n".join(found)
 
 
+# -- pointers from the code into the docs --------------------------------------------------
+
+DOC_PATH = re.compile(r"(?<![\w/.-])(docs/[\w/.-]+\.md)")
+README_SECTION = re.compile(r"\bREADME\b[,:]?\s+\"([^\"]+)\"")
+
+
+def pointer_cases() -> list[tuple[Path, str]]:
+    cases = []
+    for top in ("vipd", "bench", "tests", "scripts"):
+        for path in sorted((ROOT / top).rglob("*.py")) + sorted((ROOT / top).glob("*[!.py]")):
+            if not path.is_file() or path.suffix not in (".py", "") or path == Path(__file__):
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            cases += [(path, m) for m in DOC_PATH.findall(text)]
+            cases += [
+                (path, 'README "{}"'.format(" ".join(m.split())))
+                for m in README_SECTION.findall(text)
+            ]
+    return cases
+
+
+def test_pointer_patterns() -> None:
+    text = 'see docs/design/vrrp.md and README "Lease election", not mydocs/x.md'
+    assert DOC_PATH.findall(text) == ["docs/design/vrrp.md"]
+    assert README_SECTION.findall(text) == ["Lease election"]
+
+
+@pytest.mark.parametrize(
+    ("path", "pointer"),
+    pointer_cases(),
+    ids=[f"{p.relative_to(ROOT)}->{t}" for p, t in pointer_cases()],
+)
+def test_code_points_at_docs_that_exist(path: Path, pointer: str) -> None:
+    """A docstring or comment that sends the reader to a doc names one that is there."""
+    if pointer.startswith("README "):
+        heading = pointer.removeprefix('README "').removesuffix('"')
+        assert slug(heading) in anchors(ROOT / "README.md"), (
+            f"{path.relative_to(ROOT)} points at the README section {heading!r}, which is not "
+            "there any more: point at the page under docs/ that has it"
+        )
+    else:
+        assert (ROOT / pointer).is_file(), f"{path.relative_to(ROOT)} points at {pointer}"
+
+
 # -- relative links ------------------------------------------------------------------------
 
 FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
@@ -163,7 +207,7 @@ def test_slug_is_githubs() -> None:
 
 def test_link_pattern_finds_links_and_skips_code() -> None:
     text = (
-        "See [a](docs/a.md) and ![p](img.png \"t\") and [b](https://x.org).\n"
+        'See [a](docs/a.md) and ![p](img.png "t") and [b](https://x.org).\n'
         "`[not](a-link.md)`\n```\n[neither](no.md)\n```\n[ref]: docs/b.md#part\n"
     )
     assert links(text) == ["docs/a.md", "img.png", "https://x.org", "docs/b.md#part"]
