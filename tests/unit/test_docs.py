@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -278,8 +280,18 @@ def doc_section(title: str) -> str:
     return m.group(1)
 
 
+def full_parser() -> argparse.ArgumentParser:
+    """vipd's parser with the lab's options in it (the daemon's own parser may leave them out
+    so that ``vipd run`` never imports the lab): whichever way ``build_parser`` takes them."""
+    from vipd.lab import runner
+
+    default = inspect.signature(cli.build_parser).parameters["lab_arguments"].default
+    lab: Any = runner.add_arguments if default is None else True
+    return cli.build_parser(lab_arguments=lab)
+
+
 def subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = cli.build_parser(lab_arguments=True)
+    parser = full_parser()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
@@ -302,7 +314,7 @@ def options_of(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def test_top_level_options_are_documented() -> None:
-    parser = cli.build_parser(lab_arguments=False)
+    parser = cli.build_parser()
     top = options_of(parser)
     section = doc_section("Every command")
     for opt in top:
