@@ -42,7 +42,7 @@ What it reports:
 
 It writes ``failover.json`` (every round's raw numbers, every takeover line, every sample,
 the environment and the command line, every round's wire timeline and the capture's clock
-offsets), ``failover.md`` (tables ready for the README) and ``failover.png`` (outage per fault
+offsets), ``failover.md`` (the tables of docs/benchmarks.md) and ``failover.png`` (outage per fault
 and advert, both daemons side by side, phase-corrected outage overlaid for node death, and
 the takeover lateness from the wire) into ``--out``.
 

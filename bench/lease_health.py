@@ -12,7 +12,7 @@ successful connects around the fault. Two settings: the fast profile (Lease 5/3/
 every 0.2 s, timeout 0.15 s, rise 2, fall 2) and client-go's timing with vipd's default checks
 (Lease 15/10/2 s, checks every 1 s, timeout 0.8 s, rise 2, fall 3).
 
-The bound (README "Lease election", "When the local API server is unhealthy"): ``fall ×
+The bound (docs/design/lease.md, "giving way"): ``fall ×
 interval`` to notice (a killed server refuses at once; the first failing check starts within
 one interval of the death) + 0.25 s (the driver's loop looks at health at least that often) +
 ``retry_period`` (the healthy peer's next read of the released Lease) — round trips to the

@@ -17,7 +17,7 @@ one core) and VmRSS over ``--seconds``, for these variants, interleaved ``--roun
   scraping 15-60 times more often than usual).
 
 It writes ``metrics_overhead.json`` (every sample) and ``metrics_overhead.md`` (the table)
-into ``--out``. No judgement and no thresholds: the numbers go to the README.
+into ``--out``. No judgement and no thresholds: the numbers go to docs/benchmarks.md.
 
 What it must not do: touch anything outside its lab's namespaces.
 """

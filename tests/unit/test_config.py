@@ -18,7 +18,7 @@ from vipd.config import Config, ConfigError, Election, Garp, Health, Log, Vrrp, 
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "vipd.yaml"
-DOCS = ROOT / "README.md"
+DOCS = ROOT / "docs" / "reference" / "config.md"
 
 
 def doc(**vrrp: Any) -> dict[str, Any]:
@@ -786,12 +786,32 @@ def test_example_has_every_key() -> None:
     assert found == ALL_KEYS
 
 
+def docs_table() -> dict[str, str]:
+    """key -> its env-override cell, from the table in docs/reference/config.md."""
+    rows = {}
+    for line in DOCS.read_text().splitlines():
+        m = re.match(r"\| `([a-z_.]+)` \|.*\| ([^|]*) \|$", line)
+        if m:
+            rows[m.group(1)] = m.group(2).strip()
+    return rows
+
+
 def test_docs_table_has_every_key_and_variable() -> None:
     text = DOCS.read_text()
     for key in ALL_KEYS:
         assert f"`{key}`" in text, key
     for var in config.ENV_OVERRIDES:
         assert f"`{var}`" in text, var
+
+
+def test_docs_table_rows_are_real_keys_with_their_variables() -> None:
+    rows = docs_table()
+    sections = {key.rsplit(".", 1)[0] for key in ALL_KEYS if "." in key}
+    assert set(rows) >= ALL_KEYS, ALL_KEYS - set(rows)
+    assert set(rows) <= ALL_KEYS | sections, set(rows) - ALL_KEYS - sections
+    by_key = {key: var for var, (key, _) in config.ENV_OVERRIDES.items()}
+    for key, cell in rows.items():
+        assert cell == (f"`{by_key[key]}`" if key in by_key else "—"), (key, cell)
 
 
 # -- metrics ---------------------------------------------------------------------------------

@@ -181,7 +181,8 @@ def test_lan_an_unhealthy_joiner_with_a_higher_priority_does_not_preempt() -> No
 
 
 def test_lan_a_small_weight_that_does_not_reach_below_the_peer_does_not_gate() -> None:
-    # 200 - 40 = 160 > 150: the README's rule (weight > the spread of priorities) is needed.
+    # 200 - 40 = 160 > 150: the rule in docs/design/health.md (weight > the spread of
+    # priorities) is needed.
     lan = Lan()
     lan.add("n1", _params("10.0.0.11", 200), start=True)
     lan.add("n2", _params("10.0.0.12", 150), start=True)

@@ -18,7 +18,7 @@ from tests.prereq import promtool
 from vipd import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+DOC = ROOT / "docs" / "reference" / "metrics.md"
 NAME = re.compile(r"vipd_[a-z][a-z0-9_]*")
 
 
@@ -35,10 +35,10 @@ def exposed_names() -> set[str]:
     return {name for name, _, _ in vipd_families()}
 
 
-def readme_table() -> dict[str, tuple[str, str]]:
-    """metric -> (type, labels) from the README's metrics table."""
+def docs_table() -> dict[str, tuple[str, str]]:
+    """metric -> (type, labels) from the table in docs/reference/metrics.md."""
     rows: dict[str, tuple[str, str]] = {}
-    for line in README.read_text().splitlines():
+    for line in DOC.read_text().splitlines():
         m = re.match(r"\| `(vipd_[a-z0-9_]+)` \| (\w+) \| ([^|]*) \|", line)
         if m:
             rows[m.group(1)] = (m.group(2), m.group(3).strip())
@@ -63,22 +63,22 @@ def test_metric_is_named_and_helped(name: str, kind: str, help_text: str) -> Non
     assert not re.search(r"_(ms|milliseconds|minutes|bytes_kb)\b", name), name
 
 
-def test_readme_documents_every_metric_with_its_type_and_labels() -> None:
-    table = readme_table()
+def test_docs_document_every_metric_with_its_type_and_labels() -> None:
+    table = docs_table()
     for fam in metrics.REGISTRY.collect():
         if not fam.name.startswith("vipd_"):
             continue
         exposed = fam.name + ("_total" if fam.type == "counter" else "")
-        assert exposed in table, f"{exposed} is not in the README's metrics table"
+        assert exposed in table, f"{exposed} is not in docs/reference/metrics.md"
         kind, _ = table[exposed]
-        assert kind == fam.type, f"{exposed}: README says {kind}, it is a {fam.type}"
+        assert kind == fam.type, f"{exposed}: the docs say {kind}, it is a {fam.type}"
     for name in table:
         base = name.removesuffix("_total")
-        assert base in exposed_names(), f"README documents {name}, which vipd does not export"
+        assert base in exposed_names(), f"the docs list {name}, which vipd does not export"
 
 
-def test_readme_lists_every_label_name() -> None:
-    table = readme_table()
+def test_docs_list_every_label_name() -> None:
+    table = docs_table()
     objects = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase) and m._name]
     assert len(objects) >= 20
     for metric in objects:
@@ -128,7 +128,7 @@ def test_init_creates_the_known_series_at_zero() -> None:
 
 
 def test_invalid_reasons_are_the_decoders() -> None:
-    """The pre-created reasons are exactly the decoder's (README and packet.DecodeError)."""
+    """The pre-created reasons are exactly the decoder's (the docs and packet.DecodeError)."""
     text = (ROOT / "vipd" / "vrrp" / "packet.py").read_text()
     reasons = set(re.findall(r'DecodeError\(\s*"([a-z-]+)"', text))
     assert len(reasons) >= 8, reasons  # the pattern still finds the raises
