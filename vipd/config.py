@@ -13,8 +13,8 @@ What this module does
     are the keys of features this version does not have yet (``_NOT_IMPLEMENTED``).
 
 What it must not do
-    It is part of the pure core (``docs/architecture.md``): no asyncio, socket, pyroute2, time
-    or subprocess. It does not look at the host: it does not read ``os.environ`` or the
+    It is part of the pure core (``docs/design/architecture.md``): no asyncio, socket,
+    pyroute2, time or subprocess. It does not look at the host: it does not read ``os.environ`` or the
     hostname by itself (the caller passes ``env`` and ``hostname``), and whether the interface
     exists or the VIP is already a node address is ``vipd.preflight``'s job.
 

@@ -200,7 +200,7 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
             if a.ip != vip:
                 continue
             if link.loopback and cfg.ipvs.enabled and cfg.ipvs.forwarding == "dr":
-                # IPVS direct routing: every backend accepts the VIP on lo (README, "IPVS")
+                # IPVS direct routing: every backend accepts the VIP on lo (docs/design/ipvs.md)
                 continue
             if a.host_prefix and a.deprecated:
                 leftovers.append((link, a))

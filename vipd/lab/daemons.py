@@ -4,7 +4,7 @@ What it is: ``VrrpSpec`` (what the cluster agrees on: VIP, VRID, interval, versi
 unicast, auth) and two daemon kinds behind one small interface, ``Daemon``:
 ``start(priority)``, ``stop(sig)``, ``running()``, ``pid``, ``log_path`` and ``state()``.
 
-- ``VipdDaemon`` writes ``<node>-vipd.yaml`` (the config shape in docs/architecture.md) and
+- ``VipdDaemon`` writes ``<node>-vipd.yaml`` (the config shape in docs/design/architecture.md) and
   runs ``ip netns exec NS <python> -m vipd run --config FILE``.
 - ``KeepalivedDaemon`` writes an equivalent ``keepalived.conf``, checks it with ``keepalived
   -t``, and runs ``ip netns exec NS env TMPDIR=DIR keepalived -n -l -D -G -P -f CONF -p … -r …

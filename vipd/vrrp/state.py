@@ -37,7 +37,7 @@ The rules, with where they come from:
   gratuitous ARPs move the traffic.
 - ACTIVE (RFC 9568 §6.4.3, keepalived ``vrrp_state_master_rx``). Priority 0: advertise at once.
   Higher priority, or equal priority from a numerically greater address: step down. Lower (or
-  equal from a smaller address): advertise at once (RFC 9568 change #5) and re-announce.
+  equal from a smaller address): advertise at once (RFC 9568 §6.4.3) and re-announce.
 - Shutdown (RFC 9568 §6.4.3 "Shutdown event"): an active router sends priority 0 so the
   backups take over after their skew instead of a full down interval.
 - Link down is a Shutdown event without the priority-0 advert (it cannot leave a down link);
@@ -538,7 +538,7 @@ class Machine:
                 "advertised at once to force a new election"
             )
             self.last_reason = reason
-            # RFC 9568 §6.4.3 (change #5 from RFC 5798): send an advert immediately so the
+            # RFC 9568 §6.4.3 (new in RFC 9568 against RFC 5798): send an advert immediately so the
             # other router, which believes it is active, steps down now rather than at our
             # next periodic advert. Re-announce because it may have moved the traffic.
             self.deadline = now + self.advert_interval
