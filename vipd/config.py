@@ -15,8 +15,9 @@ What this module does
 What it must not do
     It is part of the pure core (``docs/design/architecture.md``): no asyncio, socket,
     pyroute2, time or subprocess. It does not look at the host: it does not read
-    ``os.environ`` or the hostname by itself (the caller passes ``env`` and ``hostname``), and whether the interface
-    exists or the VIP is already a node address is ``vipd.preflight``'s job.
+    ``os.environ`` or the hostname by itself (the caller passes ``env`` and ``hostname``),
+    and whether the interface exists or the VIP is already a node address is
+    ``vipd.preflight``'s job.
 
 Environment overrides (for manifests; applied before validation, so they obey the same rules;
 an error caused by one names the variable; an empty variable counts as unset)

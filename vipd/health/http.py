@@ -4,9 +4,10 @@ What it is: the request (``GET <path>`` with ``Host``, ``Connection: close``) an
 of the response's status line. The check is the one a load balancer in front of kubeadm's
 API servers makes (kubeadm's "High Availability Considerations", ha-considerations.md in
 kubernetes/kubeadm: an HTTPS ``GET /healthz`` on each node's 6443 that must answer 200):
-only the status line matters, the body is never read. kube-apiserver serves ``/readyz``, ``/healthz`` and
-``/livez`` to anonymous clients (the ``system:public-info-viewer`` role); with anonymous auth
-turned off it answers 401, which is a failed check like any other status but 200.
+only the status line matters, the body is never read. kube-apiserver serves ``/readyz``,
+``/healthz`` and ``/livez`` to anonymous clients (the ``system:public-info-viewer`` role);
+with anonymous auth turned off it answers 401, which is a failed check like any other status
+but 200.
 
 What it must not do: any I/O. RFC 9112 §3 (request line), §4 (status line), RFC 9110 §7.2
 (Host, with IPv6 literals in brackets).
