@@ -27,15 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vipd import __version__, metrics
 from vipd import log as vlog
-from vipd.config import Config
+from vipd import reload as vreload
+from vipd.config import Config, ConfigError
 from vipd.controller import Address, Announce, Controller, GarpPolicy
 from vipd.election import Election, Host, IPAddress, Transition, VipLink
 from vipd.health.checker import HealthChecker
@@ -53,6 +56,15 @@ if TYPE_CHECKING:
 
 EXIT_OK = 0
 EXIT_CRASH = 1
+EXIT_SIGNAL_BASE = 128  # stopped by another terminating signal: 128 + its number, as a shell
+
+# Signals the kernel also raises for a fault of the faulting thread itself (signal(7)).
+FAULT_SIGNALS = frozenset(
+    {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGSYS, signal.SIGTRAP}
+)
+
+# A reload's source of the new config: reads and validates it, raises ConfigError.
+Loader = Callable[[], Config]
 
 
 class LinkState(Protocol):
@@ -111,8 +123,11 @@ class Agent:
         *,
         actuators: MakeActuators = host_actuators,
         watch_link: WatchLink = LinkWatch,
+        loader: Loader | None = None,
     ) -> None:
         self.cfg = cfg
+        self.loader = loader
+        self.stop_signal: int | None = None
         self._make_actuators = actuators
         self._watch_link = watch_link
         self.pre = pre
@@ -265,6 +280,90 @@ class Agent:
         except Exception:
             self.log.exception("could not publish the status")
 
+    # -- signals: reload, status, stop ---------------------------------------------------------
+
+    def request_stop(self, signum: int, stop: asyncio.Event) -> None:
+        """A terminating signal: the ordered stop, once (a second signal changes nothing)."""
+        if self.stop_signal is None:
+            self.stop_signal = signum
+            vlog.event(self.log, logging.INFO, "signal: stopping", signal=signal_name(signum))
+        stop.set()
+
+    def log_status(self, signum: int) -> None:
+        """SIGUSR1/SIGUSR2: the /status document as one log line."""
+        doc = self.status(time.monotonic())
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "status",
+            signal=signal_name(signum),
+            status=json.dumps(doc, default=str, separators=(",", ":")),
+        )
+
+    def reload(self) -> str:
+        """SIGHUP: read and validate the config again; apply it only if every changed key
+        applies live (``vipd.reload``). Returns the result label of ``vipd_reloads_total``.
+
+        Never raises: a reload that cannot be done is one log line, and the agent runs on
+        with the config it had. Nothing here binds, removes or announces the VIP."""
+        result = self._reload()
+        metrics.RELOADS.labels(result=result).inc()
+        return result
+
+    def _reload(self) -> str:
+        if self._stopping:
+            return "refused"
+        if self.loader is None:
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "reload refused: the config was read from stdin; restart vipd to change it",
+            )
+            return "refused"
+        try:
+            new = self.loader()
+        except ConfigError as exc:
+            vlog.event(
+                self.log,
+                logging.ERROR,
+                "reload failed: keeping the running config",
+                error=str(exc),
+            )
+            return "invalid"
+        p = vreload.plan(self.cfg, new)
+        if p.refused:
+            vlog.event(
+                self.log,
+                logging.ERROR,
+                "reload refused: keeping the running config (these keys need a restart)",
+                keys=",".join(p.refused),
+            )
+            return "refused"
+        if not p.changed:
+            vlog.event(self.log, logging.INFO, "reload: nothing changed")
+            return "unchanged"
+        self._apply_config(new)
+        vlog.event(self.log, logging.INFO, "reloaded", keys=",".join(p.live))
+        return "applied"
+
+    def _apply_config(self, new: Config) -> None:
+        """The live keys of ``new`` (``vipd.reload.LIVE``) into the running parts."""
+        self.cfg = new
+        logging.getLogger(vlog.LOGGER_NAME).setLevel(new.log.level.upper())
+        if self.controller is not None:
+            self.controller.garp = GarpPolicy.from_config(new.garp)
+        if self.health is not None and new.health is not None:
+            self.health.reconfigure(new.health)
+        if self.ipvs is not None:
+            self.ipvs.reconfigure(new)
+        self.election.reconfigure(new)
+        if self.health is not None and new.health is not None:
+            targets = {*self.election.health_peers}
+            if self.ipvs is not None:
+                targets |= set(self.ipvs.spec.backends)
+            self.health.set_targets(a for a in targets if a != new.health.local)
+        self._publish(time.monotonic())
+
     # -- life cycle --------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -323,9 +422,12 @@ class Agent:
         except Exception:
             self.log.exception("crashed: releasing the VIP and exiting")
             code = EXIT_CRASH
+        if code == EXIT_OK and self.stop_signal not in (None, signal.SIGTERM, signal.SIGINT):
+            assert self.stop_signal is not None
+            code = EXIT_SIGNAL_BASE + self.stop_signal
         self._stopping = True
         self._publish(time.monotonic())
-        await self._stop(worker, elect, graceful=code == EXIT_OK)
+        await self._stop(worker, elect, graceful=code != EXIT_CRASH)
         if heart is not None:
             heart.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -395,31 +497,96 @@ class Agent:
         )
 
 
-def install_signal_handlers(stop: asyncio.Event) -> None:
+def signal_name(signum: int) -> str:
+    """``SIGTERM``; a real-time signal without a name of its own as ``SIGRTMIN+7``."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
+
+
+def install_signal_handlers(agent: Agent, stop: asyncio.Event) -> None:
+    """SIGHUP reloads, SIGUSR1 and SIGUSR2 log the status, and every other signal whose
+    default action ends the process (signal(7): Term and Core) takes the ordered stop, so
+    that no catchable signal leaves the VIP bound on a stopped vipd. SIGPIPE stays ignored
+    (Python's default: a closed socket is an EPIPE error, not a death). The synchronous
+    fault signals go to `watch_fault_signals`. The handlers only schedule work on the loop.
+    """
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, agent.reload)
+    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+        loop.add_signal_handler(sig, agent.log_status, sig)
+    terminating = [
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGQUIT,
+        signal.SIGABRT,
+        signal.SIGALRM,
+        signal.SIGVTALRM,
+        signal.SIGPROF,
+        signal.SIGIO,
+        signal.SIGPWR,
+        signal.SIGSTKFLT,
+        signal.SIGXCPU,
+        signal.SIGXFSZ,
+        *range(signal.SIGRTMIN, signal.SIGRTMAX + 1),
+    ]
+    for sig in terminating:
+        loop.add_signal_handler(sig, agent.request_stop, sig, stop)
 
 
-async def serve(cfg: Config, pre: Preflight, endpoint: Endpoint | None = None) -> int:
+def block_fault_signals() -> None:
+    """Block the fault signals in this thread and so in every thread started after it; call
+    it before any thread starts. A real fault still kills the process (the kernel unblocks
+    a signal it forces on the faulting thread and takes the default action: a handler that
+    returned would re-run the faulting instruction forever), while the same signal sent
+    with kill(2) stays pending for `watch_fault_signals`."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, FAULT_SIGNALS)
+
+
+def watch_fault_signals(agent: Agent, stop: asyncio.Event) -> None:
+    """A thread that takes the blocked fault signals sent by kill(2) (sigwaitinfo) and hands
+    each to the loop as an ordered stop."""
+    loop = asyncio.get_running_loop()
+
+    def wait() -> None:
+        while True:
+            info = signal.sigwaitinfo(FAULT_SIGNALS)
+            try:
+                loop.call_soon_threadsafe(agent.request_stop, info.si_signo, stop)
+            except RuntimeError:  # the loop is closed: vipd is on its way out anyway
+                return
+
+    threading.Thread(target=wait, name="vipd-signals", daemon=True).start()
+
+
+async def serve(
+    cfg: Config, pre: Preflight, endpoint: Endpoint | None = None, loader: Loader | None = None
+) -> int:
     stop = asyncio.Event()
-    install_signal_handlers(stop)
-    return await Agent(cfg, pre, make_election(cfg, pre), endpoint).run(stop)
+    agent = Agent(cfg, pre, make_election(cfg, pre), endpoint, loader=loader)
+    install_signal_handlers(agent, stop)
+    watch_fault_signals(agent, stop)
+    return await agent.run(stop)
 
 
-def run(cfg: Config, pre: Preflight, endpoint: Endpoint | None = None) -> int:
+def run(
+    cfg: Config, pre: Preflight, endpoint: Endpoint | None = None, loader: Loader | None = None
+) -> int:
     """Run the agent on uvloop when it is installed, else on asyncio's default loop.
 
     ``endpoint`` is the HTTP endpoint, already bound by the caller (the port is the per-node
-    lock, taken before joining the election); it serves while the agent runs."""
+    lock, taken before joining the election); it serves while the agent runs. ``loader``
+    reads the config again for a reload (None: the config came from stdin)."""
+    block_fault_signals()
     if endpoint is not None:
         endpoint.start()
     try:
         try:
             import uvloop
         except ImportError:
-            return asyncio.run(serve(cfg, pre, endpoint))
-        return uvloop.run(serve(cfg, pre, endpoint))
+            return asyncio.run(serve(cfg, pre, endpoint, loader))
+        return uvloop.run(serve(cfg, pre, endpoint, loader))
     finally:
         if endpoint is not None:
             endpoint.close()

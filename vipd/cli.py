@@ -30,25 +30,52 @@ EXIT_LISTEN = 3  # metrics.listen is taken (another vipd on this node?): vipd.en
 CONFLICT_RETRY = 1.0  # s between probes while a foreign host holds the VIP (vipd run)
 
 
-def _load(path: str | None) -> tuple[Config, Preflight]:
-    """Config + preflight, or a one-line error and exit 2.
+STDIN = "-"  # --config -: the YAML text from standard input
 
-    Without ``--config`` the YAML text itself comes from ``$VIPD_CONFIG``: that is how the
-    rendered manifests carry one config to the static pod and the DaemonSet alike.
-    """
+
+def _read_text(path: str | None) -> tuple[str, str]:
+    """The YAML text and the name errors call it by: ``path``, standard input for ``-``, or
+    without ``--config`` the text in ``$VIPD_CONFIG`` (how the rendered manifests carry one
+    config to the static pod and the DaemonSet alike). Raises `config.ConfigError`."""
+    from vipd import config
+
+    if path is None:
+        text = os.environ.get("VIPD_CONFIG", "")
+        if not text.strip():
+            raise config.ConfigError(
+                "", "no config: pass --config FILE (- for stdin), or the YAML in $VIPD_CONFIG"
+            )
+        return text, "$VIPD_CONFIG"
+    if path == STDIN:
+        return sys.stdin.read(), "<stdin>"
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(), path
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise config.ConfigError("", f"cannot read the config file: {reason}", file=path) from None
+
+
+def _read_data(path: str | None) -> object:
+    from vipd import config
+
+    text, name = _read_text(path)
+    return config.read_text(text, name)
+
+
+def _read_config(path: str | None) -> Config:
+    """The validated config from ``path`` (see `_read_text`). Raises `config.ConfigError`."""
+    from vipd import config
+
+    return config.parse(_read_data(path), env=os.environ, hostname=socket.gethostname())
+
+
+def _load(path: str | None) -> tuple[Config, Preflight]:
+    """Config (`_read_config`) + preflight, or a one-line error and exit 2."""
     from vipd import config, preflight
 
     try:
-        if path is None:
-            text = os.environ.get("VIPD_CONFIG", "")
-            if not text.strip():
-                raise config.ConfigError(
-                    "", "no config: pass --config FILE, or the YAML itself in $VIPD_CONFIG"
-                )
-            data = config.read_text(text, "$VIPD_CONFIG")
-            cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
-        else:
-            cfg = config.load(path, env=os.environ, hostname=socket.gethostname())
+        cfg = _read_config(path)
         pre = preflight.check_host(cfg, preflight.read_host())
         _check_ca_file(cfg)
         _check_lease(cfg)
@@ -56,6 +83,20 @@ def _load(path: str | None) -> tuple[Config, Preflight]:
         print(f"vipd: config error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     return cfg, pre
+
+
+def _reloader(path: str | None) -> Callable[[], Config] | None:
+    """What SIGHUP reads: the same file (or ``$VIPD_CONFIG``) with the start-up checks that
+    need no host (the CA file); None when the config came from stdin, which is read once."""
+    if path == STDIN:
+        return None
+
+    def load() -> Config:
+        cfg = _read_config(path)
+        _check_ca_file(cfg)
+        return cfg
+
+    return load
 
 
 def _check_ca_file(cfg: Config) -> None:
@@ -104,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         listen=cfg.metrics.listen,
         paths="/metrics /healthz /readyz",
     )
-    return agent.run(cfg, pre, endpoint)
+    return agent.run(cfg, pre, endpoint, _reloader(args.config))
 
 
 def _wait_out_conflict(cfg: Config, pre: Preflight, logger: logging.Logger) -> str | None:
@@ -161,7 +202,33 @@ def _check_conflict(cfg: Config, pre: Preflight) -> str | None:
     return _describe_probe(cfg, pre, found)
 
 
+def _check_offline(path: str | None) -> int:
+    """The config file alone: parsed and validated, nothing on the host, the wire or the API
+    server looked at (no interface, no probe, no credentials), so it runs anywhere the file
+    is, e.g. in CI or on a build host. Every error is printed, not only the first."""
+    from vipd import config
+
+    name = path or "$VIPD_CONFIG"
+    try:
+        data = _read_data(path)
+    except config.ConfigError as exc:
+        print(f"vipd: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    found = config.errors(data, env=os.environ, hostname=socket.gethostname())
+    if found:
+        for err in found:
+            print(f"vipd: config error: {err}", file=sys.stderr)
+        print(f"config {name}: {len(found)} error(s)", file=sys.stderr)
+        return EXIT_CONFIG
+    cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
+    print(f"config {name}: valid (offline: host, wire and API not checked)")
+    print(f"  VIP {cfg.vip}, election {cfg.election.mode}, endpoint {cfg.metrics.listen}")
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.offline:
+        return _check_offline(args.config)
     cfg, pre = _load(args.config)
     conflict = _check_conflict(cfg, pre)
     print(f"config {args.config or '$VIPD_CONFIG'}: valid")
@@ -211,7 +278,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         from vipd import config
 
         try:
-            cfg = config.load(args.config, env=os.environ, hostname=socket.gethostname())
+            cfg = _read_config(args.config)
         except config.ConfigError as exc:
             print(f"vipd: config error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
@@ -259,14 +326,10 @@ def cmd_manifest(args: argparse.Namespace) -> int:
         super_admin=args.super_admin,
         node_label=args.node_label,
     )
+    source = "stdin" if args.config == STDIN else os.path.basename(args.config)
     try:
-        with open(args.config, encoding="utf-8") as f:
-            data = config.read_text(f.read(), args.config)
-        plan = manifest.plan(data)
-        text = manifest.render(args.kind, plan, opts, source=os.path.basename(args.config))
-    except OSError as exc:
-        print(f"vipd: config error: {args.config}: cannot read it: {exc.strerror}", file=sys.stderr)
-        return EXIT_CONFIG
+        plan = manifest.plan(_read_data(args.config))
+        text = manifest.render(args.kind, plan, opts, source=source)
     except (config.ConfigError, manifest.ManifestError) as exc:
         print(f"vipd: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -296,17 +359,23 @@ def build_parser(
     parser = argparse.ArgumentParser(
         prog="vipd", description="Virtual-IP agent for Kubernetes control planes."
     )
+    parser.add_argument("--version", action="version", version=f"vipd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p_run = sub.add_parser("run", help="run the agent")
     p_run.add_argument(
-        "--config", "-c", help="YAML config file (default: the YAML text in $VIPD_CONFIG)"
+        "--config", "-c", help="YAML config file, - for stdin (default: the YAML in $VIPD_CONFIG)"
     )
     p_run.set_defaults(func=cmd_run)
 
     p_check = sub.add_parser("check", help="validate the config and run the preflight checks")
     p_check.add_argument(
-        "--config", "-c", help="YAML config file (default: the YAML text in $VIPD_CONFIG)"
+        "--config", "-c", help="YAML config file, - for stdin (default: the YAML in $VIPD_CONFIG)"
+    )
+    p_check.add_argument(
+        "--offline",
+        action="store_true",
+        help="validate the file alone, printing every error: no interface, wire or API checks",
     )
     p_check.set_defaults(func=cmd_check)
 
@@ -314,7 +383,9 @@ def build_parser(
     p_status.add_argument(
         "--url", help="the vipd endpoint (default: from --config, else http://127.0.0.1:2112)"
     )
-    p_status.add_argument("--config", "-c", help="YAML config file, for metrics.listen")
+    p_status.add_argument(
+        "--config", "-c", help="YAML config file (- for stdin), for metrics.listen"
+    )
     p_status.add_argument("--json", action="store_true", help="print the raw JSON document")
     p_status.add_argument("--timeout", type=float, default=3.0, help="seconds (default 3)")
     p_status.set_defaults(func=cmd_status)
@@ -336,7 +407,7 @@ def build_parser(
         "the DaemonSet cannot drift apart.",
     )
     p_man.add_argument("kind", choices=m.KINDS)
-    p_man.add_argument("--config", "-c", required=True, help="YAML config file")
+    p_man.add_argument("--config", "-c", required=True, help="YAML config file, - for stdin")
     p_man.add_argument("--image", default=m.DEFAULT_IMAGE, help="vipd image (%(default)s)")
     p_man.add_argument(
         "--namespace", default=m.DEFAULT_NAMESPACE, help="pods' namespace (%(default)s)"

@@ -55,6 +55,7 @@ Rules and where they come from
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -80,6 +81,7 @@ __all__ = [
     "Log",
     "Metrics",
     "Vrrp",
+    "errors",
     "load",
     "parse",
 ]
@@ -398,6 +400,100 @@ def parse(
     return _Validator(sources).config(data, env, hostname)
 
 
+def errors(
+    data: object, env: Mapping[str, str] | None = None, hostname: str | None = None
+) -> list[ConfigError]:
+    """Every error of a document, not only the first (``vipd check --offline``).
+
+    `parse` stops at the first error. This runs it again and again, each time without the
+    key (or the environment variable) that the last error named, so that the next error
+    shows; a key whose removal gives an error on that same key (a required one) ends the
+    search, as does an error of the document as a whole. An empty list: `parse` accepts it.
+    """
+    env = dict(env or {})
+    found: list[ConfigError] = []
+    seen: set[tuple[str, str | None]] = set()
+    items: set[tuple[str, str]] = set()
+    while len(found) < 100:
+        try:
+            parse(data, env, hostname)
+            break
+        except ConfigError as exc:
+            # A list item's index names another item once the one before it is removed.
+            again = (exc.key, exc.source) in seen and not (
+                exc.key.endswith("]") and (exc.key, exc.rule) not in items
+            )
+            items.add((exc.key, exc.rule))
+            if again:
+                # The key is required: go on with a stand-in, so the keys that depend on it
+                # (the VIP's family, the mode's section) are still checked.
+                stand_in = _STAND_INS.get(exc.key)
+                if stand_in is None or not isinstance(data, Mapping):
+                    break
+                data = _set_key(data, exc.key, stand_in)
+                if data is None:
+                    break
+                continue
+            seen.add((exc.key, exc.source))
+            found.append(exc)
+            if exc.source is not None and exc.source in env:
+                del env[exc.source]
+                continue
+            if not exc.key or not isinstance(data, Mapping):
+                break
+            pruned = _without(data, exc.key)
+            if pruned is None:
+                break
+            data = pruned
+    return found
+
+
+# Valid values for required keys, used by `errors` after reporting a missing or bad one.
+_STAND_INS: Mapping[str, object] = {
+    "vip": "192.0.2.1",  # TEST-NET-1 (RFC 5737)
+    "node": "node",
+    "election.vrrp.vrid": 1,
+}
+
+
+def _set_key(data: Mapping[Any, Any], key: str, value: object) -> Mapping[Any, Any] | None:
+    out: dict[Any, Any] = dict(data)
+    return out if _set_path(out, key.split("."), value) else None
+
+
+def _without(data: Mapping[Any, Any], key: str) -> Mapping[Any, Any] | None:
+    """A copy of ``data`` without the dotted ``key`` (``a.b[2].c``), or None if it isn't there."""
+    parts = [p for p in re.split(r"\.|(\[\d+\])", key) if p]
+    if not parts:
+        return None
+
+    def drop(node: object, rest: list[str]) -> object:
+        head = rest[0]
+        m = re.fullmatch(r"\[(\d+)\]", head)
+        if m is not None:
+            i = int(m.group(1))
+            if not isinstance(node, list) or i >= len(node):
+                raise KeyError(key)
+            if len(rest) == 1:
+                return node[:i] + node[i + 1 :]
+            return [*node[:i], drop(node[i], rest[1:]), *node[i + 1 :]]
+        if not isinstance(node, Mapping) or head not in node:
+            raise KeyError(key)
+        out = dict(node)
+        if len(rest) == 1:
+            del out[head]
+        else:
+            out[head] = drop(node[head], rest[1:])
+        return out
+
+    try:
+        result = drop(data, parts)
+    except KeyError:
+        return None
+    assert isinstance(result, Mapping)
+    return result
+
+
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key written twice in one mapping."""
 
@@ -535,6 +631,9 @@ class _Validator:
             if k not in allowed:
                 full = _join(key, k)
                 hint = " (not implemented in this version)" if full in _NOT_IMPLEMENTED else ""
+                close = difflib.get_close_matches(k, allowed, n=1, cutoff=0.6)
+                if close:
+                    hint += f' (did you mean "{close[0]}"?)'
                 self.fail(full, f"unknown key{hint}; allowed here: {', '.join(sorted(allowed))}")
         return value
 

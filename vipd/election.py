@@ -20,7 +20,8 @@ What it is
        ``publish(Transition)`` (the agent turns it into desired state, metrics and status);
        ``ready()`` once this node takes part. Runs until cancelled; raises on a fault.
     4. ``on_health(addr, health)``: pushed on every change of a checked API server;
-       ``on_link(up)``: pushed when the configured interface goes down or up.
+       ``on_link(up)``: pushed when the configured interface goes down or up;
+       ``reconfigure(cfg)``: a reload (SIGHUP) changed keys that apply live.
     5. ``await resign(graceful)``: stop electing and return once a successor has been seen or
        none can still come (bounded): the VIP stays bound until then (make-before-break).
     6. ``await close()``: release sockets, clients and links.
@@ -38,6 +39,7 @@ from ipaddress import IPv4Address, IPv6Address
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from vipd.config import Config
     from vipd.controller import Controller
     from vipd.health.checker import HealthChecker
     from vipd.health.tracker import BackendHealth
@@ -121,6 +123,10 @@ class Election(Protocol):
     def on_health(self, addr: IPAddress, health: BackendHealth) -> None: ...
 
     def on_link(self, up: bool) -> None: ...
+
+    def reconfigure(self, cfg: Config) -> None:
+        """A reload's new config; only keys of ``vipd.reload.LIVE`` differ from the old one."""
+        ...
 
     async def resign(self, graceful: bool) -> None: ...
 

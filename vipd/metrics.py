@@ -239,6 +239,16 @@ RECONCILE_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+RELOAD_RESULTS = ("applied", "unchanged", "invalid", "refused")
+RELOADS = Counter(
+    "vipd_reloads_total",
+    "Reloads (SIGHUP), by result: applied (the live keys changed), unchanged (the same "
+    "config), invalid (the file did not validate: the running config stays, the log says "
+    "why) or refused (a key that needs a restart changed: nothing applied, the log names it).",
+    ["result"],
+    registry=REGISTRY,
+)
+
 STOP_STEPS = ("resign", "vip", "ipvs", "election", "host")
 STOP_ERRORS = Counter(
     "vipd_stop_errors_total",
@@ -467,6 +477,8 @@ def init_vrrp(*, node: str, vip: str, interface: str, priority: int) -> None:
         RECONCILE_ERRORS.labels(actuator=actuator)
     for step in STOP_STEPS:
         STOP_ERRORS.labels(step=step)
+    for result in RELOAD_RESULTS:
+        RELOADS.labels(result=result)
     for stage in ("bound", "announced"):
         TAKEOVER_DURATION.labels(stage=stage)
     VRRP_PRIORITY.set(priority)
@@ -492,6 +504,8 @@ def init_lease(*, node: str, vip: str, interface: str) -> None:
         RECONCILE_ERRORS.labels(actuator=actuator)
     for step in STOP_STEPS:
         STOP_ERRORS.labels(step=step)
+    for result in RELOAD_RESULTS:
+        RELOADS.labels(result=result)
     for stage in ("bound", "announced"):
         TAKEOVER_DURATION.labels(stage=stage)
     LEASE_KEEPING.set(0)

@@ -858,3 +858,40 @@ def test_config_module_is_pure() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not imported & {"asyncio", "socket", "pyroute2", "time", "select", "subprocess", "os"}
+
+
+def test_a_misspelt_key_gets_the_closest_allowed_one() -> None:
+    data: dict[str, Any] = doc()
+    data["election"]["vrrp"]["prority"] = 5
+    assert 'did you mean "priority"?' in str(error(data))
+    data = doc()
+    data["zzz"] = 1  # nothing close: no guess
+    assert "did you mean" not in str(error(data))
+
+
+def test_errors_lists_every_error_and_an_empty_list_for_a_good_file() -> None:
+    assert config.errors(doc()) == []
+    data: dict[str, Any] = doc()
+    data["vip"] = "10.0.0.300"
+    data["election"]["vrrp"]["vrid"] = 0
+    data["garp"] = {"repeat": 0, "interval": 2}
+    found = config.errors(data)
+    assert [e.key for e in found] == ["vip", "election.vrrp.vrid", "garp.repeat", "garp.interval"]
+    # the same first error as parse
+    assert str(found[0]) == str(error(data))
+
+
+def test_errors_names_an_env_variable_and_goes_on() -> None:
+    found = config.errors(doc(), env={"VIPD_VRID": "abc", "VIPD_PRIORITY": "0"})
+    assert [(e.key, e.source) for e in found] == [
+        ("election.vrrp.vrid", "VIPD_VRID"),
+        ("election.vrrp.priority", "VIPD_PRIORITY"),
+    ]
+
+
+def test_errors_of_a_list_item() -> None:
+    data: dict[str, Any] = doc()
+    data["election"]["vrrp"]["unicast_peers"] = ["10.0.0.2", "nope", "10.0.0.100"]
+    keys = [e.key for e in config.errors(data)]
+    assert keys[0] == "election.vrrp.unicast_peers[1]"
+    assert len(keys) == 2 and keys[1].startswith("election.vrrp.unicast_peers[")

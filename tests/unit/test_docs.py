@@ -375,10 +375,20 @@ def test_every_exit_code_is_documented() -> None:
 
 
 def handled_signals() -> set[str]:
-    """Signals named in any function that installs a signal handler (outside the lab)."""
+    """Signals named in any function that installs a signal handler, and in module constants
+    named ``*_SIGNALS`` (the signals a thread waits for), outside the lab."""
     found = set()
     for path in production_modules():
         tree = ast.parse(path.read_text())
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id.endswith("_SIGNALS") for t in stmt.targets
+            ):
+                found |= {
+                    node.attr
+                    for node in ast.walk(stmt)
+                    if isinstance(node, ast.Attribute) and re.fullmatch(r"SIG[A-Z0-9]+", node.attr)
+                }
         for func in ast.walk(tree):
             if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue

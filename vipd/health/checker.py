@@ -209,6 +209,32 @@ class HealthChecker:
                 if self._running:
                     self._spawn(target, offset=0.0)
 
+    def reconfigure(self, params: Health) -> None:
+        """A reload's new ``health`` section (``params.local`` unchanged): every target keeps
+        its healthy/unhealthy state and its run of results, so a reload never makes a healthy
+        API server look down (which would lower the priority and move the VIP); the new
+        rise/fall apply from the next check. A new path, port, interval or timeout restarts
+        each target's loop (an in-flight check is aborted) with its first check at once."""
+        if params.local != self.params.local:
+            raise ValueError("health.local cannot change in a running checker")
+        old, self.params = self.params, params
+        if params.ca_file != old.ca_file:
+            self.ssl = make_ssl_context(params.ca_file)
+        restart = (params.path, params.port, params.interval, params.timeout) != (
+            old.path,
+            old.port,
+            old.interval,
+            old.timeout,
+        )
+        for target in self._targets.values():
+            target.tracker.rise = params.rise
+            target.tracker.fall = params.fall
+            target.request = http.request(target.addr, params.port, params.path, USER_AGENT)
+            if restart and self._running:
+                if target.task is not None:
+                    target.task.cancel()
+                self._spawn(target, offset=0.0)
+
     # -- the checks -----------------------------------------------------------------------
 
     def _add(self, addr: Address) -> _Target:

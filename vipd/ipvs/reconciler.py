@@ -180,6 +180,12 @@ class IpvsReconciler:
         self._poke()
         return True
 
+    def set_spec(self, spec: IpvsSpec) -> None:
+        """Replace the whole spec (a reload: scheduler, backends); the next pass converges."""
+        if spec != self.spec:
+            self.spec = spec
+            self._poke()
+
     def on_health_change(self, *_: object) -> None:
         """The checker's transition callback; any arguments, any thread."""
         self._poke()

@@ -14,6 +14,7 @@ reconciler and the poller work on threads).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any
@@ -32,6 +33,7 @@ class IpvsRuntime:
         c = cfg.ipvs
         self.cfg = cfg
         self.log = log
+        self.source = source
         self.spec = IpvsSpec(
             service=Service(ServiceKey(cfg.vip, c.port), c.scheduler),
             forwarding=c.forwarding,
@@ -72,6 +74,24 @@ class IpvsRuntime:
             backends=",".join(map(str, c.backends)),
             discovery=c.discovery.enabled,
         )
+
+    def reconfigure(self, cfg: Config) -> None:
+        """A reload's live IPVS keys (``vipd.reload.LIVE``): the scheduler and the static
+        backends. Discovery, if on, merges its list into the new one at its next poll."""
+        c = cfg.ipvs
+        self.cfg = cfg
+        self.spec = dataclasses.replace(
+            self.spec,
+            service=Service(ServiceKey(cfg.vip, c.port), c.scheduler),
+            backends=c.backends,
+            local=self.source if self.source in c.backends else None,
+        )
+        if self.reconciler is None:
+            return
+        backends_changed = self.reconciler.spec.backends != c.backends
+        self.reconciler.set_spec(self.spec)
+        if backends_changed and self.health is not None:
+            self.health.set_targets(c.backends)
 
     def set_leader(self, leader: bool) -> None:
         if self.reconciler is not None:

@@ -285,6 +285,13 @@ class LeaseElection:
         if self._wake is not None:
             self._wake.set()
 
+    def reconfigure(self, cfg: Config) -> None:
+        """A reload's live keys: the health section's peers and gating are read from ``cfg``
+        at the next poll (``vipd.reload`` refuses every change to the Lease itself)."""
+        self.cfg = cfg
+        if self._wake is not None:
+            self._wake.set()
+
     def on_link(self, up: bool) -> None:
         """The Lease election does not follow the link: a node whose interface is down
         cannot renew through it either, and the core steps down at the renew deadline."""

@@ -27,6 +27,7 @@ from the wire raise into the loop: every decode error is counted by reason and d
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import time
@@ -328,6 +329,25 @@ class VrrpElection:
             state=self.machine.state.value,
             error=health.error,
         )
+        self._apply(self.machine.set_priority(now, priority), now)
+
+    def reconfigure(self, cfg: Config) -> None:
+        """A reload's live keys (``vipd.reload.LIVE``): priority, preemption and its delay,
+        the health weight. The new priority goes through the machine like a health change
+        (a leader sends one advert with it; a backup moves its down timer), so a reload by
+        itself neither releases nor re-announces the VIP."""
+        v = cfg.election.vrrp
+        self.cfg, self.vrrp = cfg, v
+        self.machine.params = dataclasses.replace(
+            self.machine.params,
+            priority=v.priority,
+            preempt=v.preempt,
+            preempt_delay=v.preempt_delay,
+        )
+        h = cfg.health
+        healthy = h is None or h.weight == 0 or self.health is None or self.health.local_healthy()
+        priority = v.priority if h is None else self._gated_priority(healthy)
+        now = self.clock()
         self._apply(self.machine.set_priority(now, priority), now)
 
     def on_link(self, up: bool) -> None:
