@@ -43,6 +43,7 @@ from vipd.controller import Address, Announce, Controller, GarpPolicy
 from vipd.election import Election, Host, IPAddress, Transition, VipLink
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth, Outcome
+from vipd.hooks import HookRunner
 from vipd.host import sdnotify
 from vipd.host.address import AddressActuator
 from vipd.host.announce import Announcer
@@ -140,6 +141,7 @@ class Agent:
         self.linkwatch: LinkState | None = None
         self.health: HealthChecker | None = None
         self.ipvs: IpvsRuntime | None = None
+        self.hooks = HookRunner(cfg.notify, node=cfg.node, vip=str(cfg.vip), log=self.log)
         self.garp_sent = 0
         self.stop_errors = 0
         self._stopping = False
@@ -155,6 +157,8 @@ class Agent:
         the status, not the host."""
         if self.controller is not None and not self._stopping:
             self.controller.set_leader(t.leader, t.at)
+            # After the VIP is bound and announced (or removed): hooks only queue here.
+            self.hooks.on_transition(t)
         metrics.set_role(self.election.backend, t.role)
         metrics.TRANSITIONS.labels(backend=self.election.backend, role=t.role, reason=t.label).inc()
         self._publish(time.monotonic())
@@ -356,6 +360,7 @@ class Agent:
             self.health.reconfigure(new.health)
         if self.ipvs is not None:
             self.ipvs.reconfigure(new)
+        self.hooks.reconfigure(new.notify)
         self.election.reconfigure(new)
         if self.health is not None and new.health is not None:
             targets = {*self.election.health_peers}
@@ -390,6 +395,7 @@ class Agent:
                 log=self.log,
             )
             worker = loop.create_task(self.controller.run(), name="controller")
+            self.hooks.start()
             self.linkwatch = self._watch_link(
                 self.pre.link.index, lambda up: self._guarded(self._on_link, up)
             )
@@ -487,6 +493,7 @@ class Agent:
             await self._step("host", "close the announcer", announcer.close)
         if address is not None:
             await self._step("host", "close the address actuator", address.close)
+        await self._step("host", "run the stop hooks", self.hooks.close)
         vlog.event(
             self.log,
             logging.INFO,

@@ -59,6 +59,7 @@ import difflib
 import json
 import math
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
@@ -80,6 +81,7 @@ __all__ = [
     "Lease",
     "Log",
     "Metrics",
+    "Notify",
     "Vrrp",
     "errors",
     "load",
@@ -317,6 +319,29 @@ class Ipvs:
     discovery: IpvsDiscovery = IpvsDiscovery()
 
 
+# A hook: the program (an absolute path) and its first arguments; vipd appends its own.
+Command = tuple[str, ...]
+NOTIFY_STATES = ("leader", "backup", "fault", "stop")
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """``notify``: commands run on a change of state (keepalived's ``notify_master``,
+    ``notify_backup``, ``notify_fault``, ``notify_stop`` and ``notify``), each under
+    ``timeout``; ``()`` is no command (``vipd.notify``)."""
+
+    leader: Command = ()
+    backup: Command = ()
+    fault: Command = ()
+    stop: Command = ()
+    all: Command = ()  # every state change, after the state's own command
+    timeout: float = 10.0  # seconds, then the hook's process group is killed
+
+    def command(self, name: str) -> Command:
+        value: Command = getattr(self, name)
+        return value
+
+
 DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
 
 
@@ -346,6 +371,7 @@ class Config:
     health: Health | None = None  # None: no health checks, no gating
     ipvs: Ipvs = Ipvs()
     metrics: Metrics = Metrics()
+    notify: Notify = Notify()
 
 
 # -- entry points ----------------------------------------------------------------------------
@@ -663,7 +689,18 @@ class _Validator:
         top = self.section(
             "",
             data,
-            ("node", "vip", "interface", "election", "garp", "log", "health", "ipvs", "metrics"),
+            (
+                "node",
+                "vip",
+                "interface",
+                "election",
+                "garp",
+                "log",
+                "health",
+                "ipvs",
+                "metrics",
+                "notify",
+            ),
         )
         vip = self.vip(top.get("vip"))
         interface = self.interface(top.get("interface"))
@@ -683,6 +720,7 @@ class _Validator:
             health=health,
             ipvs=self.ipvs(top.get("ipvs"), vip, health),
             metrics=metrics,
+            notify=self.notify(top.get("notify")),
         )
 
     def node(self, value: object, env: Mapping[str, str], hostname: str | None) -> str:
@@ -1250,6 +1288,42 @@ class _Validator:
             unicast="must be a unicast address of a control-plane node",
             link_local_ok=False,
         )
+
+    def notify(self, value: object) -> Notify:
+        p = "notify"
+        sec = self.section(p, value, (*NOTIFY_STATES, "all", "timeout"))
+        commands = {
+            name: self.command(f"{p}.{name}", sec.get(name)) for name in (*NOTIFY_STATES, "all")
+        }
+        timeout = self.number(
+            f"{p}.timeout",
+            sec.get("timeout", 10.0),
+            "must be a number of seconds from 0.1 to 600",
+            lambda v: 0.1 <= v <= 600,
+        )
+        return Notify(timeout=timeout, **commands)
+
+    def command(self, key: str, value: object) -> Command:
+        """A hook: null (none), a string split like a shell's words (no shell runs it), or a
+        list of strings; the first word an absolute path (no $PATH lookup under systemd)."""
+        rule = (
+            "must be a command: an absolute path and its arguments, as a string or a list of "
+            'strings (e.g. "/usr/local/bin/vip-changed --page"), or null'
+        )
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            try:
+                words = shlex.split(value)
+            except ValueError:
+                self.fail(key, rule, value)
+        elif isinstance(value, list) and all(isinstance(w, str) for w in value):
+            words = list(value)
+        else:
+            self.fail(key, rule, value)
+        if not words or not words[0].startswith("/") or any("\0" in w for w in words):
+            self.fail(key, rule, value)
+        return tuple(words)
 
     def metrics(self, value: object) -> Metrics:
         sec = self.section("metrics", value, ("listen",))

@@ -249,6 +249,18 @@ RELOADS = Counter(
     registry=REGISTRY,
 )
 
+NOTIFY_HOOKS = ("leader", "backup", "fault", "stop", "all")
+NOTIFY_RESULTS = ("ok", "failed", "timeout", "error")
+NOTIFY = Counter(
+    "vipd_notify_total",
+    "Notify hooks run, by hook and result: ok (exit 0), failed (another exit code), timeout "
+    "(killed after notify.timeout) or error (could not start). Hooks never hold up the "
+    "election; a rising failed/timeout/error count means a hook needs fixing (its log line "
+    "says why).",
+    ["hook", "result"],
+    registry=REGISTRY,
+)
+
 STOP_STEPS = ("resign", "vip", "ipvs", "election", "host")
 STOP_ERRORS = Counter(
     "vipd_stop_errors_total",

@@ -8,11 +8,11 @@ What it is
     always one the operator wrote, never a mix of two files.
 
     Live (``LIVE``): the VRRP priority, preemption and its delay, the health checks (every key
-    but ``health.local``), the gratuitous ARP policy, the log level and the IPVS scheduler and
-    backends. None of these moves the VIP by itself: a new priority goes through the state
-    machine like a health change does (RFC 9568 §6.4.2/§6.4.3: a backup that now outranks the
-    leader preempts it on its next down timer, if preemption is on), and nothing re-announces
-    the VIP.
+    but ``health.local``), the gratuitous ARP policy, the log level, the IPVS scheduler and
+    backends, and the notify hooks. None of these moves the VIP by itself: a new priority goes
+    through the state machine like a health change does (RFC 9568 §6.4.2/§6.4.3: a backup
+    that now outranks the leader preempts it on its next down timer, if preemption is on),
+    and nothing re-announces the VIP.
 
     Restart (everything else): what names the election or the VIP on the wire or on the host
     (``vip``, ``interface``, ``election.mode``, ``election.vrrp.vrid``, the version, interval,
@@ -49,6 +49,7 @@ LIVE: tuple[str, ...] = (
     "log.level",
     "ipvs.scheduler",
     "ipvs.backends",
+    "notify.",
 )
 
 

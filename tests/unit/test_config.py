@@ -137,7 +137,7 @@ def test_long_values_are_shortened() -> None:
 @pytest.mark.parametrize(
     ("path", "key", "allowed"),
     [
-        ((), "vips", "election, garp, health, interface, ipvs, log, metrics, node, vip"),
+        ((), "vips", "election, garp, health, interface, ipvs, log, metrics, node, notify, vip"),
         (("election",), "vrp", "mode, vrrp"),
         (("election", "vrrp"), "prio", "advert_interval, auth_pass, preempt"),
         (("garp",), "count", "delay, interval, refresh, repeat"),
@@ -747,6 +747,7 @@ def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
     nested["discovery"] = config.IpvsDiscovery
     nested["metrics"] = config.Metrics
     nested["lease"] = config.Lease
+    nested["notify"] = config.Notify
     for name in hints:
         name = {"vrrp_section": "vrrp"}.get(name, name)  # Election.vrrp is a property
         key = f"{prefix}{name}"

@@ -26,6 +26,8 @@ PURE = [
     "host/conflict.py",
     "host/vmac.py",
     "election.py",
+    "reload.py",
+    "notify.py",
 ]
 FORBIDDEN = {
     "asyncio",
