@@ -51,6 +51,8 @@ from vipd.host.linkwatch import LinkWatch
 from vipd.host.neighbor import announcement, parse_mac
 from vipd.ipvs.runtime import IpvsRuntime
 from vipd.preflight import Preflight
+from vipd.track import Adjustment
+from vipd.tracking import TrackChecker
 
 if TYPE_CHECKING:
     from vipd.endpoint.server import Endpoint
@@ -141,6 +143,7 @@ class Agent:
         self.linkwatch: LinkState | None = None
         self.health: HealthChecker | None = None
         self.ipvs: IpvsRuntime | None = None
+        self.tracks: TrackChecker | None = None
         self.hooks = HookRunner(cfg.notify, node=cfg.node, vip=str(cfg.vip), log=self.log)
         self.garp_sent = 0
         self.stop_errors = 0
@@ -199,6 +202,11 @@ class Agent:
         if not self._stopping:
             self.election.on_health(addr, health)
 
+    def _on_track(self, adj: Adjustment) -> None:
+        if not self._stopping:
+            self.election.on_track(adj)
+        self._publish(time.monotonic())
+
     def _on_link(self, up: bool) -> None:
         metrics.INTERFACE_UP.labels(interface=self.pre.link.name).set(1 if up else 0)
         if not self._stopping:
@@ -245,6 +253,7 @@ class Agent:
             "interface_up": self.link_up,
             **part,
             "backends": self._backends(),
+            "tracks": self.tracks.snapshot() if self.tracks is not None else [],
             "counters": counters,
         }
 
@@ -361,6 +370,8 @@ class Agent:
         if self.ipvs is not None:
             self.ipvs.reconfigure(new)
         self.hooks.reconfigure(new.notify)
+        if self.tracks is not None:
+            self.tracks.reconfigure(new.track)
         self.election.reconfigure(new)
         if self.health is not None and new.health is not None:
             targets = {*self.election.health_peers}
@@ -401,6 +412,12 @@ class Agent:
             )
             self.health = self._start_health()
             self.election.attach(Host(self.controller, self.health, self.linkwatch.state))
+            if self.cfg.track:
+                self.tracks = TrackChecker(
+                    self.cfg.track, lambda a: self._guarded(self._on_track, a), log=self.log
+                )
+                self.election.on_track(self.tracks.adjustment())  # every track starts down
+                self.tracks.start()
             if self.health is not None:
                 self.health.start()
                 if self.cfg.ipvs.enabled:
@@ -465,6 +482,8 @@ class Agent:
         sdnotify.notify("STOPPING=1")
         if self.health is not None:
             self.health.stop()
+        if self.tracks is not None:
+            self.tracks.stop()
         for task in (elect, worker):
             if task is not None and not task.done():
                 task.cancel()

@@ -342,6 +342,25 @@ class Notify:
         return value
 
 
+@dataclass(frozen=True, slots=True)
+class Track:
+    """One ``track`` item: a script (exit 0 = up) or a file (``vipd.track``), checked every
+    ``interval`` under ``timeout``, up after ``rise`` good results and down after ``fall``
+    bad ones (it starts down, like a health target). While down it lowers the VRRP priority
+    by ``weight`` (floored at 1, with the health gate), or with ``fault`` takes the node out
+    of the election; in Lease mode a down track counts as an unhealthy local API server."""
+
+    name: str
+    script: Command = ()
+    file: str | None = None
+    interval: float = 2.0
+    timeout: float = 1.0
+    rise: int = 1
+    fall: int = 1
+    weight: int = 0
+    fault: bool = False
+
+
 DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
 
 
@@ -372,6 +391,7 @@ class Config:
     ipvs: Ipvs = Ipvs()
     metrics: Metrics = Metrics()
     notify: Notify = Notify()
+    track: tuple[Track, ...] = ()
 
 
 # -- entry points ----------------------------------------------------------------------------
@@ -700,6 +720,7 @@ class _Validator:
                 "ipvs",
                 "metrics",
                 "notify",
+                "track",
             ),
         )
         vip = self.vip(top.get("vip"))
@@ -721,6 +742,7 @@ class _Validator:
             ipvs=self.ipvs(top.get("ipvs"), vip, health),
             metrics=metrics,
             notify=self.notify(top.get("notify")),
+            track=self.tracks(top.get("track")),
         )
 
     def node(self, value: object, env: Mapping[str, str], hostname: str | None) -> str:
@@ -1302,6 +1324,73 @@ class _Validator:
             lambda v: 0.1 <= v <= 600,
         )
         return Notify(timeout=timeout, **commands)
+
+    def tracks(self, value: object) -> tuple[Track, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            self.fail("track", "must be a list of checks (each with script or file)", value)
+        out: list[Track] = []
+        for i, item in enumerate(value):
+            t = self.track(f"track[{i}]", item, i)
+            if any(o.name == t.name for o in out):
+                self.fail(f"track[{i}].name", "is used twice: each check needs its own", t.name)
+            out.append(t)
+        return tuple(out)
+
+    def track(self, p: str, value: object, index: int) -> Track:
+        sec = self.section(
+            p,
+            value,
+            ("name", "script", "file", "interval", "timeout", "rise", "fall", "weight"),
+        )
+        name = sec.get("name", f"track-{index}")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,63}", name):
+            self.fail(f"{p}.name", "must be 1 to 63 letters, digits, '_', '.' or '-'", name)
+        script = self.command(f"{p}.script", sec.get("script"))
+        file = sec.get("file")
+        if file is not None and (not isinstance(file, str) or not file.startswith("/")):
+            self.fail(f"{p}.file", "must be an absolute path", file)
+        if bool(script) == (file is not None):
+            self.fail(p, "needs exactly one of script and file")
+        interval = self.number(
+            f"{p}.interval",
+            sec.get("interval", 2.0),
+            "must be a number of seconds from 0.1 to 3600",
+            lambda v: 0.1 <= v <= 3600,
+        )
+        timeout = self.number(
+            f"{p}.timeout",
+            sec.get("timeout", min(1.0, interval)),
+            f"must be a number of seconds from 0.01 up to {p}.interval ({interval:g})",
+            lambda v: 0.01 <= v <= interval,
+        )
+        rise = self.integer(f"{p}.rise", sec.get("rise", 1), 1, 100)
+        fall = self.integer(f"{p}.fall", sec.get("fall", 1), 1, 100)
+        raw = sec.get("weight", 0)
+        fault = raw == "fault"
+        weight = (
+            0
+            if fault
+            else self.integer(
+                f"{p}.weight",
+                raw,
+                0,
+                253,
+                ' (the priority reduction while the check is down), or "fault"',
+            )
+        )
+        return Track(
+            name=name,
+            script=script,
+            file=file,
+            interval=interval,
+            timeout=timeout,
+            rise=rise,
+            fall=fall,
+            weight=weight,
+            fault=fault,
+        )
 
     def command(self, key: str, value: object) -> Command:
         """A hook: null (none), a string split like a shell's words (no shell runs it), or a

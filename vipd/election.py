@@ -21,6 +21,7 @@ What it is
        ``ready()`` once this node takes part. Runs until cancelled; raises on a fault.
     4. ``on_health(addr, health)``: pushed on every change of a checked API server;
        ``on_link(up)``: pushed when the configured interface goes down or up;
+       ``on_track(adjustment)``: the tracked checks changed;
        ``reconfigure(cfg)``: a reload (SIGHUP) changed keys that apply live.
     5. ``await resign(graceful)``: stop electing and return once a successor has been seen or
        none can still come (bounded): the VIP stays bound until then (make-before-break).
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from vipd.controller import Controller
     from vipd.health.checker import HealthChecker
     from vipd.health.tracker import BackendHealth
+    from vipd.track import Adjustment
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -123,6 +125,11 @@ class Election(Protocol):
     def on_health(self, addr: IPAddress, health: BackendHealth) -> None: ...
 
     def on_link(self, up: bool) -> None: ...
+
+    def on_track(self, adj: Adjustment) -> None:
+        """The tracked checks' sum changed (``vipd.track``): VRRP lowers its priority (or
+        leaves the election on a fault), Lease counts it as the local health."""
+        ...
 
     def reconfigure(self, cfg: Config) -> None:
         """A reload's new config; only keys of ``vipd.reload.LIVE`` differ from the old one."""

@@ -249,6 +249,21 @@ RELOADS = Counter(
     registry=REGISTRY,
 )
 
+TRACK_UP = Gauge(
+    "vipd_track_up",
+    "1 while a tracked check (track: a script or a file) is up, 0 while it is down (it "
+    "starts down). A down check lowers the VRRP priority by its weight, or with weight "
+    '"fault" takes the node out of the election.',
+    ["track"],
+    registry=REGISTRY,
+)
+TRACK_CHECKS = Counter(
+    "vipd_track_checks_total",
+    "Runs of each tracked check, by result (up: exit 0 or a good file; down: anything else).",
+    ["track", "result"],
+    registry=REGISTRY,
+)
+
 NOTIFY_HOOKS = ("leader", "backup", "fault", "stop", "all")
 NOTIFY_RESULTS = ("ok", "failed", "timeout", "error")
 NOTIFY = Counter(

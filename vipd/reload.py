@@ -50,6 +50,7 @@ LIVE: tuple[str, ...] = (
     "ipvs.scheduler",
     "ipvs.backends",
     "notify.",
+    "track",
 )
 
 

@@ -137,7 +137,11 @@ def test_long_values_are_shortened() -> None:
 @pytest.mark.parametrize(
     ("path", "key", "allowed"),
     [
-        ((), "vips", "election, garp, health, interface, ipvs, log, metrics, node, notify, vip"),
+        (
+            (),
+            "vips",
+            "election, garp, health, interface, ipvs, log, metrics, node, notify, track, vip",
+        ),
         (("election",), "vrp", "mode, vrrp"),
         (("election", "vrrp"), "prio", "advert_interval, auth_pass, preempt"),
         (("garp",), "count", "delay, interval, refresh, repeat"),
@@ -758,7 +762,14 @@ def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
     return keys
 
 
-ALL_KEYS = _dotted_keys(Config)
+ALL_KEYS = _dotted_keys(Config)  # "track" is a list: its items' keys are track[].<key>
+
+
+def test_docs_name_every_key_of_a_track_item() -> None:
+    text = DOCS.read_text()
+    for f in dataclasses.fields(config.Track):
+        if f.name != "fault":  # written as weight: fault
+            assert f"`track[].{f.name}`" in text, f.name
 
 
 def test_example_parses() -> None:

@@ -28,6 +28,7 @@ PURE = [
     "election.py",
     "reload.py",
     "notify.py",
+    "track.py",
 ]
 FORBIDDEN = {
     "asyncio",

@@ -43,6 +43,8 @@ from vipd.health.tracker import BackendHealth
 from vipd.kube import ADMIN_CONF, Credentials
 from vipd.lease import logic
 from vipd.preflight import Preflight
+from vipd.track import NONE as NO_ADJUSTMENT
+from vipd.track import Adjustment
 
 __all__ = ["ADMIN_CONF", "Credentials", "LeaseApi", "LeaseElection", "check", "microtime"]
 
@@ -255,6 +257,7 @@ class LeaseElection:
         self._role_since: float | None = None
         self._last_reason = ""
         self.transitions = 0
+        self._track = NO_ADJUSTMENT
         self._log_error = vlog.Sparse(self.log, "lease request failed", every=100)
 
     # -- health (pushed by the agent) ----------------------------------------------------
@@ -270,9 +273,18 @@ class LeaseElection:
         return [a for a in listed if a != h.local]
 
     def healthy(self) -> bool:
+        """The local API server's health and the tracked checks: a down track (or a file
+        value below 0) counts as unhealthy, which gives way only to a healthy peer."""
+        if not self._track.ok:
+            return False
         if self.health is not None:
             return self.health.local_healthy()
         return True  # no health section: see the log line at start
+
+    def on_track(self, adj: Adjustment) -> None:
+        self._track = adj
+        if self._wake is not None:
+            self._wake.set()
 
     def peer_healthy(self) -> bool:
         """Some other node's API server is healthy (no health section: none can be known)."""

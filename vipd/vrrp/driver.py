@@ -38,11 +38,10 @@ from ipaddress import IPv4Address, IPv6Address
 from typing import Any, Protocol
 
 from vipd import log as vlog
-from vipd import metrics
+from vipd import metrics, track
 from vipd.config import Config
 from vipd.controller import Controller
 from vipd.election import FOLLOWER, INIT, LEADER, Host, Publish, Transition, VipLink
-from vipd.health import gate
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
 from vipd.host import sched
@@ -172,6 +171,8 @@ class VrrpElection:
         self.health: HealthChecker | None = None
         self.claimwatch: ClaimWatch | None = None
         self.link_up = False
+        self._track = track.NONE  # the tracked checks (vipd.track), pushed by the agent
+        self._faulted = False  # a "fault" track is down: out of the election
         self._defended_at: float | None = None
         self._handover: asyncio.Event | None = None
         self._successor: IPAddress | None = None
@@ -271,7 +272,7 @@ class VrrpElection:
                 )
             loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
             self._start_claimwatch(loop)
-            if self.link_up:
+            if self.link_up and not self._faulted:
                 now = self.clock()
                 self._apply(self.machine.start(now), now)
             else:
@@ -331,6 +332,30 @@ class VrrpElection:
         )
         self._apply(self.machine.set_priority(now, priority), now)
 
+    def on_track(self, adj: track.Adjustment) -> None:
+        """Tracked checks changed: the priority (like health), or with a ``fault`` track down
+        keepalived's FAULT: out of the election (a leader resigns with a priority-0 advert
+        and releases the VIP) until it is up again."""
+        self._track = adj
+        now = self.clock()
+        self._apply(self.machine.set_priority(now, self._current_priority()), now)
+        if adj.fault and not self._faulted:
+            self._faulted = True
+            vlog.event(
+                self.log, logging.WARNING, "track fault: leaving the election", tracks=adj.down
+            )
+            self._apply(self.machine.shutdown(now), now)
+        elif not adj.fault and self._faulted:
+            self._faulted = False
+            vlog.event(self.log, logging.INFO, "track fault cleared: joining the election")
+            if self.link_up and self._publish is not None:
+                self._apply(self.machine.start(now), now)
+
+    def _current_priority(self) -> int:
+        h = self.cfg.health
+        healthy = h is None or h.weight == 0 or self.health is None or self.health.local_healthy()
+        return self._gated_priority(healthy)
+
     def reconfigure(self, cfg: Config) -> None:
         """A reload's live keys (``vipd.reload.LIVE``): priority, preemption and its delay,
         the health weight. The new priority goes through the machine like a health change
@@ -344,11 +369,8 @@ class VrrpElection:
             preempt=v.preempt,
             preempt_delay=v.preempt_delay,
         )
-        h = cfg.health
-        healthy = h is None or h.weight == 0 or self.health is None or self.health.local_healthy()
-        priority = v.priority if h is None else self._gated_priority(healthy)
         now = self.clock()
-        self._apply(self.machine.set_priority(now, priority), now)
+        self._apply(self.machine.set_priority(now, self._current_priority()), now)
 
     def on_link(self, up: bool) -> None:
         """Interface down is the machine's ``link_down``, up its ``link_up`` (RFC 9568 §6.4)."""
@@ -361,7 +383,8 @@ class VrrpElection:
                 "interface is up: joining the election",
                 interface=self.ifname,
             )
-            self._apply(self.machine.link_up(now), now)
+            if not self._faulted:
+                self._apply(self.machine.link_up(now), now)
         else:
             vlog.event(
                 self.log,
@@ -744,8 +767,9 @@ class VrrpElection:
     # -- observability ------------------------------------------------------------------
 
     def _gated_priority(self, healthy: bool) -> int:
-        assert self.cfg.health is not None
-        return gate.effective_priority(self.vrrp.priority, self.cfg.health.weight, healthy)
+        """The health gate and the tracked checks together (``vipd.track``), floored at 1."""
+        weight = self.cfg.health.weight if self.cfg.health is not None else 0
+        return track.effective_priority(self.vrrp.priority, weight, healthy, self._track)
 
     def _duplicate_claim(self) -> float:
         """vipd_vip_duplicate_claim, read by the HTTP thread when scraped."""
