@@ -200,6 +200,8 @@ class Vrrp:
     unicast_peers: tuple[IPAddress, ...] = ()  # empty: multicast to 224.0.0.18 / ff02::12
     auth_pass: str | None = None  # VRRPv2 simple password (auth type 1)
     vmac: bool = False  # RFC 5798 virtual MAC on a macvlan (vipd.host.vmac)
+    # VRRPv3 over IPv4: the checksum we send (vipd.vrrp.packet); both forms are accepted.
+    checksum: Literal["pseudo-header", "message-only"] = "pseudo-header"
 
     @property
     def advert_interval_cs(self) -> int:
@@ -950,7 +952,7 @@ class _Validator:
             p,
             value,
             ("vrid", "priority", "advert_interval", "version", "preempt", "preempt_delay",
-             "unicast_peers", "auth_pass", "vmac"),
+             "unicast_peers", "auth_pass", "vmac", "checksum"),
         )  # fmt: skip
         if sec.get("vrid") is None:
             self.fail(
@@ -998,6 +1000,16 @@ class _Validator:
         peers = self.unicast_peers(f"{p}.unicast_peers", sec.get("unicast_peers", []), vip)
         auth_pass = self.auth_pass(f"{p}.auth_pass", sec.get("auth_pass"), version)
         vmac = self.vmac(f"{p}.vmac", sec.get("vmac", False), vip, peers)
+        checksum = self.choice(
+            f"{p}.checksum", sec.get("checksum", "pseudo-header"), ("pseudo-header", "message-only")
+        )
+        if checksum == "message-only" and (version != 3 or isinstance(vip, IPv6Address)):
+            self.fail(
+                f"{p}.checksum",
+                "only applies to VRRPv3 over IPv4 (VRRPv2 always sums the message alone, IPv6 "
+                "always includes its pseudo-header)",
+                checksum,
+            )
         return Vrrp(
             vrid=vrid,
             priority=priority,
@@ -1008,6 +1020,7 @@ class _Validator:
             unicast_peers=peers,
             auth_pass=auth_pass,
             vmac=vmac,
+            checksum=cast(Literal["pseudo-header", "message-only"], checksum),
         )
 
     def vmac(self, key: str, value: object, vip: IPAddress, peers: tuple[IPAddress, ...]) -> bool:

@@ -143,7 +143,7 @@ def test_long_values_are_shortened() -> None:
             "election, garp, health, interface, ipvs, log, metrics, node, notify, track, vip",
         ),
         (("election",), "vrp", "mode, vrrp"),
-        (("election", "vrrp"), "prio", "advert_interval, auth_pass, preempt"),
+        (("election", "vrrp"), "prio", "advert_interval, auth_pass, checksum, preempt"),
         (("garp",), "count", "delay, interval, refresh, repeat"),
         (("log",), "colour", "format, level"),
     ],
@@ -907,3 +907,14 @@ def test_errors_of_a_list_item() -> None:
     keys = [e.key for e in config.errors(data)]
     assert keys[0] == "election.vrrp.unicast_peers[1]"
     assert len(keys) == 2 and keys[1].startswith("election.vrrp.unicast_peers[")
+
+
+def test_checksum_option() -> None:
+    assert parse(doc()).election.vrrp.checksum == "pseudo-header"
+    assert parse(doc(checksum="message-only")).election.vrrp.checksum == "message-only"
+    assert error(doc(checksum="both")).key == "election.vrrp.checksum"
+    assert "only applies to VRRPv3 over IPv4" in str(
+        error(doc(checksum="message-only", version=2, advert_interval=1))
+    )
+    v6 = {**doc(checksum="message-only"), "vip": "fd00::100"}
+    assert error(v6).key == "election.vrrp.checksum"

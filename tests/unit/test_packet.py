@@ -144,6 +144,29 @@ def test_rfc9568_message_only_form_is_accepted(advert: Advert, src: IPAddress, w
     assert decode(message, src, GROUP_V4) == (advert, "message-only")
 
 
+@pytest.mark.parametrize(
+    ("advert", "src", "wire"),
+    [
+        pytest.param(V3, SRC, "3133640100646003 0a000064", id="reference"),
+        pytest.param(ZE_V3, ZE_SRC, "310ac8020064828a c0000201c0000202", id="ze-G2"),
+    ],
+)
+def test_message_only_option_sends_that_form(advert: Advert, src: IPAddress, wire: str) -> None:
+    """election.vrrp.checksum: message-only gives the same bytes as the vectors above."""
+    sent = encode(advert, src, GROUP_V4, message_only=True)
+    assert sent == bytes.fromhex(wire)
+    assert sent != encode(advert, src, GROUP_V4)  # the default form differs
+    assert decode(sent, src, GROUP_V4) == (advert, "message-only")
+
+
+def test_message_only_changes_nothing_for_v2_or_ipv6() -> None:
+    v6 = IPv6Address("fe80::1")
+    a6 = Advert(3, 51, 100, 100, (IPv6Address("fd00::100"),))
+    assert encode(a6, v6, GROUP_V6, message_only=True) == encode(a6, v6, GROUP_V6)
+    a2 = Advert(2, 51, 100, 100, (IPv4Address("10.0.0.100"),))
+    assert encode(a2, SRC, GROUP_V4, message_only=True) == encode(a2, SRC, GROUP_V4)
+
+
 def test_v3_pseudo_header_binds_the_destination() -> None:
     # Checksummed for the unicast peer; keepalived <= 1.3.6 used the group here instead.
     unicast = bytes.fromhex("3133640100644b84 0a000064")

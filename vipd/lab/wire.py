@@ -59,6 +59,7 @@ class WireAdvert:
     auth_data: bytes  # v2 only: the 8-byte trailer
     message_len: int  # the VRRP message's length (IP payload)
     checksum_ok: bool  # in the form keepalived 2.2.7 verifies (see module docstring)
+    message_only_ok: bool = False  # v3/IPv4: the RFC 9568 §5.2.8 form, the message alone
 
 
 def _csum(data: bytes) -> int:
@@ -116,6 +117,7 @@ def _vrrp(
         auth_data=auth_data,
         message_len=len(msg),
         checksum_ok=ok,
+        message_only_ok=version == 3 and src.version == 4 and _csum(msg) == 0,
     )
 
 

@@ -483,6 +483,7 @@ class VrrpElection:
             "adverts_sent": self.stats.adverts_sent,
             "adverts_received": self.stats.adverts_received,
             "invalid": dict(self.stats.invalid),
+            "checksum_forms": dict(self.stats.checksum_forms),
         }
 
     # -- adverts -------------------------------------------------------------------------
@@ -501,8 +502,9 @@ class VrrpElection:
                 auth_type=self.auth_type,
                 auth_data=self.auth_data,
             )
+            message_only = self.vrrp.checksum == "message-only"
             cached = [
-                (packet.encode(advert, self.source, dst), dst)
+                (packet.encode(advert, self.source, dst, message_only=message_only), dst)
                 for dst in self.transport.destinations
             ]
             self._encoded[priority] = cached

@@ -18,7 +18,8 @@ What it implements:
   - IPv4 v3: RFC 9568 §5.2 says "the VRRP message", but keepalived (2.2.7, and every
     release since 1.3.7) and RFC 5798 deployments checksum a 12-byte IPv4 pseudo-header
     (src, dst, 0, 112, length) followed by the message, and reject anything else. We send that
-    form and accept both on receive.
+    form by default (``message_only=True`` sends the RFC's letter, for strict peers) and
+    accept both on receive.
 - The receive checks of RFC 3768 §7.1 / RFC 9568 §7.1 in keepalived's `vrrp_check_packet`
   order (`check`), raising `DecodeError` whose `reason` is a stable metric label.
 """
@@ -200,11 +201,13 @@ def _validate(advert: Advert, src: IPAddress, dst: IPAddress) -> None:
             raise ValueError("VRRPv3 has no authentication")
 
 
-def encode(advert: Advert, src: IPAddress, dst: IPAddress) -> bytes:
+def encode(advert: Advert, src: IPAddress, dst: IPAddress, *, message_only: bool = False) -> bytes:
     """Build the VRRP message (no IP header) that `src` sends to `dst`.
 
     The checksum depends on `src` and `dst` for v3, so a unicast sender encodes once per peer.
-    Raises ValueError if the advert cannot be put on the wire as given.
+    ``message_only``: a v3 IPv4 checksum over the message alone (RFC 9568 §5.2.8 read
+    literally), for peers that verify only that form; v2 and IPv6 have one form each and
+    ignore it. Raises ValueError if the advert cannot be put on the wire as given.
     """
     _validate(advert, src, dst)
     body = b"".join([address.packed for address in advert.addresses])
@@ -223,7 +226,8 @@ def encode(advert: Advert, src: IPAddress, dst: IPAddress) -> bytes:
         return _V2_HEADER.pack(*v2, _checksum(total)) + body
     v3 = (0x31, advert.vrid, advert.priority, count, advert.interval_cs)
     total = int.from_bytes(_V3_HEADER.pack(*v3, 0) + body, "big")
-    total += _pseudo_header(src, dst, _HEADER_LEN + len(body))
+    if not (message_only and isinstance(src, IPv4Address)):
+        total += _pseudo_header(src, dst, _HEADER_LEN + len(body))
     return _V3_HEADER.pack(*v3, _checksum(total)) + body
 
 
