@@ -254,6 +254,16 @@ def test_grace_period_outlasts_the_longest_graceful_stop() -> None:
     assert manifest.grace_period(manifest.plan({**data, "election": {"vrrp": {"vrid": 1}}})) == 30
 
 
+def test_grace_period_leaves_room_for_the_stop_hooks() -> None:
+    data: dict[str, object] = {"vip": "10.0.0.100", "election": {"vrrp": {"vrid": 1}}}
+    base = manifest.plan(data).stop_deadline_s
+    hooked = {**data, "notify": {"stop": "/bin/true", "all": "/bin/true", "timeout": 40}}
+    assert manifest.plan(hooked).stop_deadline_s == pytest.approx(base + 80)
+    assert manifest.grace_period(manifest.plan(hooked)) > base + 80
+    leader_only = {**data, "notify": {"leader": "/bin/true", "timeout": 40}}
+    assert manifest.plan(leader_only).stop_deadline_s == pytest.approx(base)
+
+
 def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     src = tmp_path / "bad.yaml"
     src.write_text("vip: api.example.com\nelection: {vrrp: {vrid: 51}}\n")

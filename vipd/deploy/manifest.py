@@ -153,12 +153,16 @@ def _split_listen(listen: str) -> tuple[str, int]:
 def _stop_deadline(cfg: config.Config) -> float:
     """vipd's longest graceful stop. VRRP: the make-before-break wait of the VRRP backend
     (``vipd.vrrp.driver``). Lease: the release (one request, bounded by the renew deadline)
-    and then at most one retry period waiting for the next holder."""
+    and then at most one retry period waiting for the next holder. Then the stop hooks
+    (``notify.stop`` and ``notify.all``), each bounded by ``notify.timeout``."""
     lease = cfg.election.lease
     if cfg.election.mode == "lease" and lease is not None:
-        return float(lease.renew_deadline + lease.retry_period)
-    v = cfg.election.vrrp
-    return float(state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval)
+        election = float(lease.renew_deadline + lease.retry_period)
+    else:
+        v = cfg.election.vrrp
+        election = float(state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval)
+    hooks = sum(1 for c in (cfg.notify.stop, cfg.notify.all) if c)
+    return election + hooks * cfg.notify.timeout
 
 
 def grace_period(p: Plan) -> int:
