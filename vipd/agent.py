@@ -355,7 +355,12 @@ class Agent:
         if not p.changed:
             vlog.event(self.log, logging.INFO, "reload: nothing changed")
             return "unchanged"
-        self._apply_config(new)
+        try:
+            self._apply_config(new)
+        except Exception:
+            # A bug: say so, and keep running (parts may already have the new values).
+            self.log.exception("reload failed while applying the live keys")
+            return "invalid"
         vlog.event(self.log, logging.INFO, "reloaded", keys=",".join(p.live))
         return "applied"
 

@@ -124,6 +124,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from vipd import agent
     from vipd.endpoint import server
 
+    # Before any thread exists (pyroute2, the endpoint): every later thread inherits the mask.
+    agent.block_fault_signals()
     cfg, pre = _load(args.config)
     # The endpoint's port is bound before anything else happens: it is the per-node lock that
     # keeps a second vipd out of the election (`vipd adopt` relies on it).

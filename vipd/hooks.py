@@ -115,6 +115,11 @@ class HookRunner:
         try:
             async with asyncio.timeout(timeout):
                 out, _ = await proc.communicate()
+        except asyncio.CancelledError:
+            # close() gave up waiting: the hook must not outlive vipd's stop.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

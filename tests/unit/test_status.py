@@ -174,3 +174,16 @@ def test_vipd_status_without_a_daemon_is_one_line_and_exit_1() -> None:
     assert out.returncode == 1
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("vipd status: cannot read http://127.0.0.1:") and "running" in line
+
+
+def test_tracks_are_shown_with_their_state() -> None:
+    doc = {
+        **LEADER,
+        "tracks": [
+            {"name": "haproxy", "up": False, "value": 0, "weight": 50, "error": "exit 1"},
+            {"name": "bias", "up": True, "value": -30, "weight": 0, "error": None},
+        ],
+    }
+    got = lines(doc)
+    assert got["tracks"] == "haproxy DOWN (exit 1), weight 50 | bias up, weight 0, value -30"
+    assert "tracks" not in lines(LEADER)

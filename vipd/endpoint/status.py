@@ -12,6 +12,7 @@ verdicts added::
     master: {address, priority, self, advert_age_s} | null,
     peers: [{address, priority, last_seen_s}],             newest first
     backends: [{name, address, healthy, detail}],          empty until health checking lands
+    tracks: [{name, up, value, weight, error}],            the tracked checks (track)
     counters: {transitions, adverts_sent, adverts_received, advert_send_errors,
                invalid_adverts: {reason: n}, garp_sent, duplicate_claims},
     healthy, health_reason, ready, ready_reason, heartbeat_age_s   (added by the endpoint)
@@ -162,6 +163,15 @@ def render(doc: Mapping[str, Any]) -> str:
             )
     else:
         lines.append(("backends", "none (health checking is not configured)"))
+    for i, t in enumerate(g("tracks") or []):
+        up = "up" if t.get("up") else f"DOWN ({_s(t.get('error'))})"
+        value = f", value {t['value']}" if t.get("value") else ""
+        lines.append(
+            (
+                "tracks" if i == 0 else "",
+                f"{_s(t.get('name'))} {up}, weight {_s(t.get('weight'))}{value}",
+            )
+        )
     ready = "yes" if g("ready") else f"NO: {_s(g('ready_reason'))}"
     healthy = "yes" if g("healthy") else f"NO: {_s(g('health_reason'))}"
     lines.append(("ready", ready))
