@@ -37,16 +37,24 @@ def test_readyz_through_the_vip_with_vipd_in_lease_mode_everywhere(
         assert "lease election started" in text, text[-2000:]
     roles = {b.node: b.role for b in bed.beliefs.since(0)}
     assert set(roles) == {n.name for n in bed.nodes}
+    # The lease reconciler adds each API server on its next pass (every 10 s).
+    want = sorted(n.ipv4 for n in bed.nodes)
+    deadline = time.monotonic() + 30
+    while (addrs := _kubernetes_endpoints(bed)) != want and time.monotonic() < deadline:
+        time.sleep(1)
+    assert addrs == want, addrs
+
+
+def _kubernetes_endpoints(bed: KubeBed) -> list[str]:
     slices = json.loads(
         bed.kubectl(
             "get", "endpointslices", "-n", "default", "-l",
             "kubernetes.io/service-name=kubernetes", "-o", "json",
         ).stdout
     )  # fmt: skip
-    addrs = sorted(
+    return sorted(
         a for s in slices["items"] for ep in s.get("endpoints") or [] for a in ep["addresses"]
     )
-    assert addrs == sorted(n.ipv4 for n in bed.nodes), addrs
 
 
 @pytest.mark.parametrize("what", ["rbac", "pod", "daemonset"])

@@ -203,6 +203,7 @@ class KubeBed:
         prefix: str | None = None,
         quota_bytes: int = QUOTA_BYTES,
         start_vipd: bool = True,
+        start_prober: bool = True,
         workdir: Path | None = None,
         keep_workdir: bool = False,
         faketime: Mapping[str, str] | None = None,
@@ -211,6 +212,7 @@ class KubeBed:
         self.timing = timing
         self.quota_bytes = quota_bytes
         self.start_vipd = start_vipd
+        self.start_prober = start_prober
         self.lab = Lab(nodes=3, prefix=prefix, workdir=workdir, keep_workdir=keep_workdir)
         self.pki = self.lab.workdir / "pki"
         self.procs: dict[str, NodeProcs] = {}
@@ -283,8 +285,9 @@ class KubeBed:
             for p in self.procs.values():
                 p.vipd.start()
             self.wait_one_holder(2 * self.timing.takeover_bound() + 30)
-        self.prober = Prober(self.lab, VIP4, WHO_PORT)
-        self.prober.start()
+        if self.start_prober:
+            self.prober = Prober(self.lab, VIP4, WHO_PORT)
+            self.prober.start()
         self.startup_s = time.monotonic() - began
         _log(f"bed {self.lab.prefix} up in {self.startup_s:.1f} s; work dir {self.lab.workdir}")
 
@@ -608,8 +611,10 @@ class KubeBed:
     def wait_one_holder(self, timeout: float, *, among: Sequence[str] | None = None) -> str:
         deadline = time.monotonic() + timeout
         while True:
-            h = self.holders()
-            if len(h) == 1 and (among is None or h[0] in among):
+            # A dead node (link down) may still have the VIP on its interface: only the
+            # nodes in ``among`` count.
+            h = [n for n in self.holders() if among is None or n in among]
+            if len(h) == 1:
                 return h[0]
             if time.monotonic() > deadline:
                 raise LabError(f"not exactly one VIP holder after {timeout:.0f} s: {h}\n"
