@@ -698,9 +698,9 @@ class KubeBed:
         port = self.node(name).port
         rules = (
             "add table bridge kbpart\n"
-            "add chain bridge kbpart fwd { type filter hook forward priority 0; }\n"
-            f'add rule bridge kbpart fwd iifname "{port}" counter drop\n'
-            f'add rule bridge kbpart fwd oifname "{port}" counter drop\n'
+            "add chain bridge kbpart drops { type filter hook forward priority 0; }\n"
+            f'add rule bridge kbpart drops iifname "{port}" counter drop\n'
+            f'add rule bridge kbpart drops oifname "{port}" counter drop\n'
         )
         self.lab.exec(self.lab.lan_ns, ["nft", "-f", "-"], input_text=rules)
         self._parted.add(name)
@@ -816,8 +816,10 @@ class KubeBed:
             },
         ]
         self.kubectl("create", "serviceaccount", LOAD_SA, "-n", "kube-system", check=False)
+        # cluster-admin: the aggregated roles (view, edit) stay empty here, with no
+        # kube-controller-manager to aggregate them, and the load must be authorised LISTs.
         self.kubectl(
-            "create", "clusterrolebinding", LOAD_SA, "--clusterrole=view",
+            "create", "clusterrolebinding", LOAD_SA, "--clusterrole=cluster-admin",
             f"--serviceaccount=kube-system:{LOAD_SA}", check=False,
         )  # fmt: skip
         doc = "\n---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objs)
