@@ -25,8 +25,10 @@ A failure prints the timeline excerpt and each vipd's log tail.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
+from datetime import datetime
 
 import pytest
 
@@ -143,6 +145,10 @@ def test_7_one_wall_clock_an_hour_off_changes_nothing(bed: KubeBed, window: Wind
     window.mark(f"restart vipd on {skewed} with its wall clock +1h")
     bed.restart_vipd(skewed, faketime="+1h")
     time.sleep(2 * D)
+    stamps = re.findall(r"^ts=(\S+)", bed.procs[skewed].vipd.log_text(), re.M)
+    assert stamps, bed.vipd_report()
+    skew = datetime.fromisoformat(stamps[-1].replace("Z", "+00:00")).timestamp() - time.time()
+    assert 3500 < skew < 3700, skew  # the fault is what it claims: its wall clock is +1h
     assert bed.holders() == [old], bed.vipd_report()  # as a follower: nothing changes
     # Then the skewed node leads: the third node's vipd stops (a follower: nothing moves),
     # the leader's vipd crashes (SIGKILL, its VIP removed as a restarted vipd does; not a

@@ -850,8 +850,8 @@ def run(args: argparse.Namespace) -> int:
             found = binaries.find()
         except binaries.Missing as exc:
             print(
-                "vipd lab: --election lease runs on a real kube-apiserver and etcd, not built "
-                f"here ({exc}).\nBuild them (once, a few minutes): {KUBE_BUILD}",
+                f"vipd lab: --election lease runs on a real kube-apiserver and etcd: {exc}.\n"
+                f"Build them once (as root, a few minutes): {KUBE_BUILD}",
                 file=sys.stderr,
             )
             return 2

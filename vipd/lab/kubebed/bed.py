@@ -44,6 +44,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,7 +96,7 @@ class Timing:
 
 
 def _log(msg: str) -> None:
-    print(f"kubebed: {msg}", flush=True)
+    print(f"kubebed: {msg}", file=sys.stderr, flush=True)
 
 
 class Proc:
@@ -884,5 +885,5 @@ def usable() -> str | None:
     try:
         binaries.find()
     except binaries.Missing as exc:
-        return str(exc)
+        return f"{exc}; build them with {binaries.BUILD_COMMAND} (as root)"
     return None

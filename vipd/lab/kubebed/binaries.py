@@ -2,8 +2,8 @@
 
 What it is: ``find()`` returns the directory holding kube-apiserver, kubectl, etcd and
 etcdctl (``$VIPD_KUBE_BIN``, else the newest complete set under ``$VIPD_KUBE_CACHE`` or
-``/var/cache/vipd-kube``), or raises ``Missing`` whose message names the one command that
-builds them. ``version()`` asks a binary for its version.
+``/var/cache/vipd-kube``), or raises ``Missing`` saying what is missing where (``BUILD_COMMAND``
+builds them). ``version()`` asks a binary for its version.
 
 What it must not do: build or download anything (``scripts/setup-kube`` does), or pick a
 directory that lacks one of the required binaries.
@@ -35,17 +35,11 @@ def find() -> Path:
         if _complete(path):
             return path
         lacking = [n for n in REQUIRED if not os.access(path / n, os.X_OK)]
-        raise Missing(
-            f"VIPD_KUBE_BIN={given} lacks {', '.join(lacking)}; build them with "
-            f"`{BUILD_COMMAND}` (as root)"
-        )
+        raise Missing(f"VIPD_KUBE_BIN={given} lacks {', '.join(lacking)}")
     cache = Path(os.environ.get("VIPD_KUBE_CACHE", DEFAULT_CACHE))
     found = sorted((d for d in cache.glob("kube-*") if _complete(d)), key=lambda d: d.name)
     if not found:
-        raise Missing(
-            f"no kube-apiserver/etcd build under {cache}: run `{BUILD_COMMAND}` (as root; "
-            "it builds kube-apiserver, kubectl, etcd and etcdctl from their official modules)"
-        )
+        raise Missing(f"no complete kube-apiserver/kubectl/etcd/etcdctl build under {cache}")
     return found[-1]
 
 
