@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.prereq import missing
+from vipd.lab.analysis import measure
 from vipd.lab.kubebed.bed import KubeBed, Timing, usable
 from vipd.lab.kubebed.verdict import Verdict, excerpt, judge
 from vipd.lab.timeline import Exclusions
@@ -64,6 +65,20 @@ class Window:
         first = self.marks[0][0] if self.marks else self.t0
         return excerpt(tl, self.t0, until or time.monotonic(), first, self.marks)
 
+    def client(self, until: float) -> str:
+        """What the 2 ms prober through the VIP saw (for the report, not judged here)."""
+        if self.bed.prober is None:
+            return "no prober"
+        fault = self.marks[0][0] if self.marks else self.t0
+        o = measure(self.bed.prober.attempts(), fault, until, pre=fault - self.t0 + 0.5)
+        if o.outage is None:
+            return "client: no attempts"
+        return (
+            f"client through the VIP: longest gap {o.outage:.3f} s, "
+            f"{o.successes} ok / {o.failures} failed, answered by {o.before}→{o.final}"
+            + (", INTERLEAVED answers (two nodes)" if o.interleaved else "")
+        )
+
     def check(self, gap_limit: float = GAP_LIMIT) -> Verdict:
         """The invariant over the whole window: no two holders beyond 0.1 s, no span
         without a holder beyond ``gap_limit``."""
@@ -76,7 +91,7 @@ class Window:
         print(
             f"\ntimeline (s from the first mark):\n{text}\n"
             f"worst two-holder span {v.worst_shared:.3f} s, worst no-holder span "
-            f"{v.worst_unowned:.3f} s (limit {gap_limit:.1f} s)"
+            f"{v.worst_unowned:.3f} s (limit {gap_limit:.1f} s); {self.client(until)}"
         )
         problems = v.problems(gap_limit)
         assert not problems, (

@@ -59,7 +59,8 @@ def _poll(node: str, url: str, interval: float, lock: threading.Lock) -> None:
     while True:
         began = time.monotonic()
         try:
-            with urllib.request.urlopen(url, timeout=max(0.3, interval * 3)) as resp:
+            # Generous: a client giving up mid-answer only makes vipd log a broken pipe.
+            with urllib.request.urlopen(url, timeout=max(1.0, interval * 5)) as resp:
                 doc: dict[str, Any] = json.loads(resp.read())
             lease = doc.get("lease") or {}
             now = (str(doc.get("role", "?")), bool(doc.get("vip_bound")),
