@@ -111,9 +111,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--health",
         action="store_true",
-        help="vipd checks each node's stand-in API server (HTTPS /readyz on port 6444, "
-        "every 0.2 s, rise 2, fall 2) and gates its priority on it (Lease: also its "
-        "peers', and gives the Lease to a healthy one)",
+        help="VRRP: vipd checks each node's stand-in API server (HTTPS /readyz on port "
+        "6444, every 0.2 s, rise 2, fall 2) and gates its priority on it (with --election "
+        "lease it always checks the real kube-apiservers' /readyz, its own and its peers', "
+        "and gives the Lease to a healthy one)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="fault rounds (default 3)")
     parser.add_argument(
