@@ -405,9 +405,9 @@ class KubeBed:
             f"--peer-trusted-ca-file={pki / 'etcd-ca.crt'}",
             "--peer-client-cert-auth=true",
             f"--quota-backend-bytes={self.quota_bytes}",
-            # A loaded 2-core machine misses 100 ms heartbeats: fewer needless elections.
-            "--heartbeat-interval=200",
-            "--election-timeout=2000",
+            # etcd's (and kubeadm's) default heartbeat 100 ms and election timeout 1000 ms: a
+            # node death that takes the raft leader with it stalls writes, the Lease's among
+            # them, for about one election timeout, and that is part of what vipd meets.
             "--snapshot-count=10000",
             "--log-level=warn",
         ]
