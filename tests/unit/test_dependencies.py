@@ -53,7 +53,7 @@ def imported_top_levels(files: list[Path]) -> set[str]:
 
 def third_party_distributions(files: list[Path]) -> set[str]:
     dists = packages_distributions()
-    out = set()
+    out: set[str] = set()
     for name in imported_top_levels(files) - set(sys.stdlib_module_names) - {"vipd"}:
         assert name in dists, f"{name} is imported but no installed distribution provides it"
         out |= {canonicalize_name(d) for d in dists[name]}
