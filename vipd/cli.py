@@ -30,25 +30,29 @@ EXIT_LISTEN = 3  # metrics.listen is taken (another vipd on this node?): vipd.en
 CONFLICT_RETRY = 1.0  # s between probes while a foreign host holds the VIP (vipd run)
 
 
-def _load(path: str | None) -> tuple[Config, Preflight]:
-    """Config + preflight, or a one-line error and exit 2.
+def _read_config(path: str | None) -> Config:
+    """The config from ``path``, or without one the YAML text in ``$VIPD_CONFIG``: that is how
+    the rendered manifests carry one config to the static pod and the DaemonSet alike. Raises
+    `config.ConfigError`."""
+    from vipd import config
 
-    Without ``--config`` the YAML text itself comes from ``$VIPD_CONFIG``: that is how the
-    rendered manifests carry one config to the static pod and the DaemonSet alike.
-    """
+    if path is not None:
+        return config.load(path, env=os.environ, hostname=socket.gethostname())
+    text = os.environ.get("VIPD_CONFIG", "")
+    if not text.strip():
+        raise config.ConfigError(
+            "", "no config: pass --config FILE, or the YAML itself in $VIPD_CONFIG"
+        )
+    data = config.read_text(text, "$VIPD_CONFIG")
+    return config.parse(data, env=os.environ, hostname=socket.gethostname())
+
+
+def _load(path: str | None) -> tuple[Config, Preflight]:
+    """Config (`_read_config`) + preflight, or a one-line error and exit 2."""
     from vipd import config, preflight
 
     try:
-        if path is None:
-            text = os.environ.get("VIPD_CONFIG", "")
-            if not text.strip():
-                raise config.ConfigError(
-                    "", "no config: pass --config FILE, or the YAML itself in $VIPD_CONFIG"
-                )
-            data = config.read_text(text, "$VIPD_CONFIG")
-            cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
-        else:
-            cfg = config.load(path, env=os.environ, hostname=socket.gethostname())
+        cfg = _read_config(path)
         pre = preflight.check_host(cfg, preflight.read_host())
         _check_ca_file(cfg)
         _check_lease(cfg)
@@ -162,6 +166,8 @@ def _check_conflict(cfg: Config, pre: Preflight) -> str | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.offline:
+        return _check_offline(args.config)
     cfg, pre = _load(args.config)
     conflict = _check_conflict(cfg, pre)
     print(f"config {args.config or '$VIPD_CONFIG'}: valid")
@@ -198,6 +204,22 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"  preflight: {finding}")
     if conflict is not None:
         print(f"  preflight: {conflict}")
+    return 0
+
+
+def _check_offline(path: str | None) -> int:
+    """The config file alone: parsed and validated, nothing on the host, the wire or the API
+    server looked at (no interface, no probe, no credentials), so it runs anywhere the file
+    is, e.g. in CI or on a build host."""
+    from vipd import config
+
+    try:
+        cfg = _read_config(path)
+    except config.ConfigError as exc:
+        print(f"vipd: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"config {path or '$VIPD_CONFIG'}: valid (offline: host, wire and API not checked)")
+    print(f"  VIP {cfg.vip}, election {cfg.election.mode}, endpoint {cfg.metrics.listen}")
     return 0
 
 
@@ -276,6 +298,12 @@ def cmd_manifest(args: argparse.Namespace) -> int:
             "its node (NODE_NAME)",
             file=sys.stderr,
         )
+    if opts.image == manifest.DEFAULT_IMAGE:
+        print(
+            f"vipd manifest: image {opts.image} is the local default, which only a node that "
+            "built or loaded it has: pass --image REGISTRY/vipd:TAG (docs/install-image.md)",
+            file=sys.stderr,
+        )
     sys.stdout.write(text)
     return 0
 
@@ -296,6 +324,7 @@ def build_parser(
     parser = argparse.ArgumentParser(
         prog="vipd", description="Virtual-IP agent for Kubernetes control planes."
     )
+    parser.add_argument("--version", action="version", version=f"vipd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p_run = sub.add_parser("run", help="run the agent")
@@ -307,6 +336,11 @@ def build_parser(
     p_check = sub.add_parser("check", help="validate the config and run the preflight checks")
     p_check.add_argument(
         "--config", "-c", help="YAML config file (default: the YAML text in $VIPD_CONFIG)"
+    )
+    p_check.add_argument(
+        "--offline",
+        action="store_true",
+        help="validate the file alone: no interface, wire or API-server checks",
     )
     p_check.set_defaults(func=cmd_check)
 
@@ -337,7 +371,12 @@ def build_parser(
     )
     p_man.add_argument("kind", choices=m.KINDS)
     p_man.add_argument("--config", "-c", required=True, help="YAML config file")
-    p_man.add_argument("--image", default=m.DEFAULT_IMAGE, help="vipd image (%(default)s)")
+    p_man.add_argument(
+        "--image",
+        default=m.DEFAULT_IMAGE,
+        help="vipd image, as the nodes pull it (default %(default)s, which only a node that "
+        "built it has: a warning says so)",
+    )
     p_man.add_argument(
         "--namespace", default=m.DEFAULT_NAMESPACE, help="pods' namespace (%(default)s)"
     )

@@ -47,3 +47,50 @@ def test_config_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert out.returncode == 2
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("vipd: config error: vip:") and "DNS name" in line
+
+
+def vipd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vipd", *args], capture_output=True, text=True, check=False, env=env
+    )
+
+
+def test_version_flag_prints_what_the_version_command_prints() -> None:
+    flag, command = vipd("--version"), vipd("version")
+    assert flag.returncode == 0 and command.returncode == 0, flag.stderr + command.stderr
+    assert flag.stdout == command.stdout and flag.stdout.startswith("vipd ")
+
+
+def test_check_offline_validates_the_file_alone(tmp_path: Path) -> None:
+    # An interface this host does not have and a kubeconfig that does not exist: both would
+    # fail the online check, neither is looked at offline.
+    path = tmp_path / "vipd.yaml"
+    path.write_text(
+        "vip: 10.0.0.100\ninterface: no-such-if0\n"
+        "election: {mode: lease, lease: {kubeconfig: /nonexistent/admin.conf}}\n"
+    )
+    out = vipd("check", "--offline", "--config", str(path))
+    assert out.returncode == 0, out.stderr
+    assert "valid" in out.stdout and "election lease" in out.stdout
+    online = vipd("check", "--config", str(path))
+    assert online.returncode == 2, online.stdout
+
+
+def test_check_offline_still_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("vip: 10.0.0.100\nelection: {vrrp: {vrid: 300}}\n")
+    out = vipd("check", "--offline", "--config", str(path))
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("vipd: config error: election.vrrp.vrid:"), line
+
+
+def test_manifest_warns_about_the_local_default_image_only(tmp_path: Path) -> None:
+    path = tmp_path / "vipd.yaml"
+    path.write_text("vip: 10.0.0.100\nelection: {vrrp: {vrid: 51}}\n")
+    default = vipd("manifest", "daemonset", "--config", str(path))
+    assert default.returncode == 0, default.stderr
+    assert "localhost/vipd:" in default.stderr and "--image" in default.stderr
+    chosen = vipd("manifest", "daemonset", "--config", str(path), "--image", "reg.example/vipd:1")
+    assert chosen.returncode == 0 and chosen.stderr == "", chosen.stderr
+    assert "image: reg.example/vipd:1" in chosen.stdout
