@@ -13,6 +13,7 @@ import pytest
 
 from tests.unit.lease_sim import Sim
 from vipd.lease.logic import (
+    REASON_LABELS,
     BecomeFollower,
     BecomeLeader,
     Conflict,
@@ -494,3 +495,112 @@ def test_5xx_storm_and_conflict_storm_never_make_two_leaders() -> None:
     sim.run_until(45.0)
     assert not sim.overlaps()
     assert len(sim.leaders()) <= 1
+
+
+# -- reason labels ---------------------------------------------------------------------------
+
+
+def _labels(actions: Sequence[object]) -> list[str]:
+    return [a.label for a in actions if isinstance(a, BecomeLeader | BecomeFollower | Hold)]
+
+
+def test_every_role_change_has_its_label() -> None:
+    seen: dict[str, list[str]] = {}
+    # created
+    e = elector()
+    s = sent(e.poll(0.0, True))
+    s = sent(e.on_result(0.0, s.request.id, NotFound(), True))
+    seen["created"] = _labels(e.on_result(0.0, s.request.id, Ok(rec("1", "n1")), True))
+    # lost: a read on a conflict shows another holder
+    s = sent(e.poll(1.0, True))
+    s = sent(e.on_result(1.0, s.request.id, Conflict(), True))
+    seen["lost"] = _labels(e.on_result(1.0, s.request.id, Ok(rec("5", "n3")), True))
+    # acquired: a released Lease
+    e = elector("n2")
+    s = sent(e.poll(0.0, True))
+    s = sent(e.on_result(0.0, s.request.id, Ok(rec("3", None, duration=1)), True))
+    seen["acquired"] = _labels(e.on_result(0.0, s.request.id, Ok(rec("4", "n2")), True))
+    # deleted: our renewal answers 404
+    s = sent(e.poll(1.0, True))
+    seen["deleted"] = _labels(e.on_result(1.0, s.request.id, NotFound(), True))
+    # renew-deadline
+    e = elector()
+    lead(e)
+    seen["renew-deadline"] = _labels(_fail_until_deadline(e, Unreachable("timed out")))
+    # store-down (holding), then store-back
+    e = elector()
+    lead(e)
+    seen["store-down"] = _labels(_fail_until_deadline(e, Unavailable(503)))
+    s = sent(e.poll(e.wake_at, True))
+    s = sent(e.on_result(e.wake_at, s.request.id, Ok(rec("1", "n1")), True))
+    seen["store-back"] = _labels(e.on_result(e.wake_at, s.request.id, Ok(rec("2", "n1")), True))
+    # store-down-ended: holding, then a transport failure
+    e = elector()
+    lead(e)
+    _fail_until_deadline(e, Unavailable(503))
+    s = sent(e.poll(e.wake_at, True))
+    seen["store-down-ended"] = _labels(
+        e.on_result(e.wake_at, s.request.id, Unreachable("connection refused"), True)
+    )
+    # unhealthy: holding, then local health goes
+    e = elector()
+    lead(e)
+    _fail_until_deadline(e, Unavailable(503))
+    unhealthy = _labels(e.poll(e.wake_at - 0.5, False))
+    # unhealthy: giving way to a healthy peer
+    e = elector()
+    lead(e)
+    s = sent(e.poll(0.5, False, peer_healthy=True))
+    assert s.request.purpose is Purpose.YIELD
+    unhealthy += _labels(e.on_result(0.5, s.request.id, Ok(rec("2", None, duration=1)), False))
+    seen["unhealthy"] = unhealthy
+    # released
+    e = elector()
+    lead(e)
+    r = sent(e.release(0.5, timeout=1.0)).request
+    seen["released"] = _labels(e.on_result(0.51, r.id, Ok(rec("2", None, duration=1)), True))
+    e = elector()
+    lead(e)
+    r = sent(e.release(0.5, timeout=1.0)).request
+    seen["released"] += _labels(e.on_result(0.51, r.id, Unavailable(503), True))
+
+    assert seen == {
+        "created": ["created"],
+        "lost": ["lost"],
+        "acquired": ["acquired"],
+        "deleted": ["deleted"],
+        "renew-deadline": ["renew-deadline"],
+        "store-down": ["store-down"],
+        "store-back": ["store-back"],
+        "store-down-ended": ["store-down-ended"],
+        "unhealthy": ["unhealthy", "unhealthy"],
+        "released": ["released", "released"],
+    }
+    assert set(REASON_LABELS) >= {label for labels in seen.values() for label in labels}
+
+
+def test_labels_are_the_drivers_metric_labels_and_nothing_else() -> None:
+    # The labels vipd_role_transitions_total has always had, and only those: a dashboard
+    # that counts them keeps working.
+    assert set(REASON_LABELS) == {
+        "created", "acquired", "store-back", "renewed", "released", "renew-deadline",
+        "lost", "deleted", "unhealthy", "store-down-ended", "store-down", "other",
+    }  # fmt: skip
+    assert len(REASON_LABELS) == len(set(REASON_LABELS))
+
+
+def test_an_unknown_label_is_refused() -> None:
+    with pytest.raises(ValueError):
+        BecomeLeader("why", "acquired-it")
+    with pytest.raises(ValueError):
+        BecomeFollower("why", "")
+
+
+def test_a_holder_named_like_a_label_does_not_change_the_label() -> None:
+    """The free text names the holder; the label never depends on it."""
+    e = elector()
+    lead(e)
+    s = sent(e.poll(1.0, True))
+    s = sent(e.on_result(1.0, s.request.id, Conflict(), True))
+    acts = e.on_result(1.0, s.request.id, Ok(rec("5", "created-released-deleted")), True)
+    assert _labels(acts) == ["lost"]

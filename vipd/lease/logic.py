@@ -94,6 +94,7 @@ import enum
 from dataclasses import dataclass, field
 
 __all__ = [
+    "REASON_LABELS",
     "BecomeFollower",
     "BecomeLeader",
     "Conflict",
@@ -272,14 +273,50 @@ class Send:
     request: Request
 
 
+# The stable short labels of role changes (``vipd_role_transitions_total{reason=...}``): one
+# per kind of cause, never the free text, which names holders and numbers. "other" is for a
+# driver-side change the core did not cause.
+REASON_LABELS: tuple[str, ...] = (
+    "created",  # leader: created the missing Lease
+    "acquired",  # leader: took a free or expired Lease, or our own after a restart
+    "store-back",  # leader again: a holding leader renewed when the store came back
+    "renewed",  # leader: a renewal write made us leader (a restart that renewed our record)
+    "released",  # follower: our release write was answered (or could not be)
+    "renew-deadline",  # follower: no renewal succeeded within the renew deadline
+    "lost",  # follower: a read shows another holder
+    "deleted",  # follower: our Lease was deleted
+    "unhealthy",  # follower: local API server unhealthy (gave way, or stopped holding)
+    "store-down-ended",  # follower: holding through a store outage ended by another failure
+    "store-down",  # holding: past the renew deadline, kept by the unreachable-store rule
+    "other",
+)
+
+
+def _check_label(label: str) -> None:
+    if label not in REASON_LABELS:
+        raise ValueError(f"unknown reason label {label!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class BecomeLeader:
+    """The VIP belongs here. ``label``: one of `REASON_LABELS`; ``reason``: the detail."""
+
     reason: str
+    label: str
+
+    def __post_init__(self) -> None:
+        _check_label(self.label)
 
 
 @dataclass(frozen=True, slots=True)
 class BecomeFollower:
+    """The VIP leaves. ``label``: one of `REASON_LABELS`; ``reason``: the detail."""
+
     reason: str
+    label: str
+
+    def __post_init__(self) -> None:
+        _check_label(self.label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +324,10 @@ class Hold:
     """The renew deadline passed but the unreachable-store rule keeps the VIP here."""
 
     reason: str
+    label: str = "store-down"
+
+    def __post_init__(self) -> None:
+        _check_label(self.label)
 
 
 Action = Send | BecomeLeader | BecomeFollower | Hold
@@ -385,7 +426,9 @@ class Elector:
             return actions
         actions += self._check_deadline(now, healthy)
         if self.role is Role.HOLDING and not healthy:
-            actions += self._step_down(now, "local API server unhealthy while holding the VIP")
+            actions += self._step_down(
+                now, "local API server unhealthy while holding the VIP", "unhealthy"
+            )
         if (
             self.role is Role.LEADER
             and not healthy
@@ -565,7 +608,8 @@ class Elector:
                 Hold(
                     f"renew deadline {self.params.renew_deadline:g} s passed, every attempt "
                     f"answered that the store is unavailable ({fails}) and the local API "
-                    "server is healthy: keeping the VIP until another holder appears"
+                    "server is healthy: keeping the VIP until another holder appears",
+                    "store-down",
                 )
             ]
         why = (
@@ -574,16 +618,16 @@ class Elector:
         )
         if self.params.keep_on_unreachable and not healthy:
             why += "; local API server unhealthy"
-        return self._step_down(now, why)
+        return self._step_down(now, why, "renew-deadline")
 
-    def _step_down(self, now: float, reason: str) -> list[Action]:
+    def _step_down(self, now: float, reason: str, label: str) -> list[Action]:
         if self.role is Role.FOLLOWER:
             return []
         self.role = Role.FOLLOWER
         self.last_renew_sent = None
         self.failures = []
         self._wake(min(self.wake_at, now + self.params.retry_period))
-        return [BecomeFollower(reason)]
+        return [BecomeFollower(reason, label)]
 
     def _result(
         self,
@@ -609,6 +653,7 @@ class Elector:
                 now,
                 "local API server unhealthy and a peer's is healthy: gave the Lease up "
                 "for the peer to take over",
+                "unhealthy",
             )
             self._wake(self._next_poll(now))
             return actions
@@ -619,7 +664,7 @@ class Elector:
             self.lost_sight = False
             if self.role is not Role.FOLLOWER:
                 # Our Lease was deleted under us: whoever creates it next leads.
-                actions += self._step_down(now, "the Lease was deleted")
+                actions += self._step_down(now, "the Lease was deleted", "deleted")
             if not self._may_take(now, healthy, peer_healthy):
                 return actions
             actions += self._send(
@@ -661,6 +706,7 @@ class Elector:
                 now,
                 f"holding the VIP through a store outage, then {kind}: this node's own path "
                 "to the store is broken or refused",
+                "store-down-ended",
             )
         # A leader retries every retry period until its deadline.
         self._wake(now + self.params.retry_period)
@@ -687,18 +733,21 @@ class Elector:
             self._conflict_retry = False
             if self.role is Role.FOLLOWER:
                 self.role = Role.LEADER
-                how = {
-                    Purpose.CREATE: "created the Lease",
-                    Purpose.ACQUIRE: "acquired the Lease",
-                }.get(req.purpose, "renewed the Lease")
+                how, label = {
+                    Purpose.CREATE: ("created the Lease", "created"),
+                    Purpose.ACQUIRE: ("acquired the Lease", "acquired"),
+                }.get(req.purpose, ("renewed the Lease", "renewed"))
                 actions.append(
                     BecomeLeader(
-                        f"{how} (transitions {rec.transitions}, rv {rec.resource_version})"
+                        f"{how} (transitions {rec.transitions}, rv {rec.resource_version})",
+                        label,
                     )
                 )
             elif self.role is Role.HOLDING:
                 self.role = Role.LEADER
-                actions.append(BecomeLeader("store reachable again: renewed the Lease"))
+                actions.append(
+                    BecomeLeader("store reachable again: renewed the Lease", "store-back")
+                )
             self._wake(sent_at + self.params.retry_period)
             return actions
         # A read.
@@ -706,7 +755,7 @@ class Elector:
         holder = rec.holder
         if self.role is not Role.FOLLOWER:
             if holder and holder != me:
-                actions += self._step_down(now, f"the Lease is held by {holder} now")
+                actions += self._step_down(now, f"the Lease is held by {holder} now", "lost")
                 self._wake(self._next_poll(now))
                 return actions
             # Still ours (or released by hand): renew on the fresh resourceVersion.
@@ -742,4 +791,4 @@ class Elector:
             why = "released the Lease"
         else:
             why = f"could not release the Lease ({outcome_kind(outcome)}): peers wait it out"
-        return [BecomeFollower(why)] if was is not Role.FOLLOWER else []
+        return [BecomeFollower(why, "released")] if was is not Role.FOLLOWER else []
