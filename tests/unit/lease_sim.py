@@ -16,6 +16,9 @@ Faults per node (``SimNode.fault``), each what a real fault looks like from vipd
 - ``"5xx-writes"``: this node's writes answer 503, reads work (``/readyz`` is 200);
 - ``"blackhole"``: this node's API server is stalled (SIGSTOP): no answer, and its
   ``/readyz`` does not answer either;
+- ``"store-hang"``: this node's API server waits on an etcd that does not answer: vipd's
+  calls hang until abandoned, while ``/readyz`` answers not ready (its etcd check has its
+  own timeout);
 - ``"partition"``: the node is cut off the bridge with its processes alive: its calls hang,
   it hears no peer and no peer hears it (no health answers, no ARP either way);
 - ``"403"``: RBAC refuses vipd.
@@ -108,8 +111,8 @@ class Store:
         return self.record
 
 
-Fault = str  # "" | "5xx" | "429" | "5xx-writes" | "blackhole" | "partition" | "403"
-HANGS = ("blackhole", "partition")
+Fault = str  # "" | "5xx" | "429" | "5xx-writes" | "blackhole" | "store-hang" | "partition" | "403"
+HANGS = ("blackhole", "partition", "store-hang")
 
 
 @dataclass(eq=False)
@@ -184,10 +187,10 @@ class Sim:
     def readyz(self, viewer: SimNode, target: SimNode) -> PeerState:
         """What ``viewer``'s checker gets from ``target``'s API server's etcd check right now
         (``/readyz/etcd``: not ready exactly when that server cannot reach the store)."""
+        if target.fault in ("5xx", "store-hang") and viewer.fault != "partition":
+            return PeerState.NOT_READY
         if viewer.fault == "partition" or target.fault in HANGS:
             return PeerState.UNREACHABLE
-        if target.fault == "5xx":
-            return PeerState.NOT_READY
         return PeerState.READY
 
     def view(self, viewer: SimNode) -> dict[str, PeerState]:

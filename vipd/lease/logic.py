@@ -33,30 +33,44 @@ What it is
       its observation, so a dead leader is replaced ``lease_duration`` after the last renewal
       this node saw plus one round trip, not up to one more retry period later.
 
-    The unreachable-store rule (the issue's point 4; README "When the API server's store is
-    down")
-        kube-vip users lose the control-plane endpoint when etcd is slow or down: every
-        renewal fails, the leader steps down, nobody can acquire, and the only way to reach
-        the API is gone exactly when operators need it (kube-vip #748, #1236, #453). So: when
-        the renew deadline passes and **every** failure since the last successful renewal was
-        the API server answering that its store cannot serve (HTTP 5xx or 429), **and** the
-        local API server is healthy, **and** ``keep_on_unreachable`` is on, the leader keeps
-        the VIP (role `Role.HOLDING`) and keeps trying every retry period. It gives the VIP up
-        at once when (a) a read succeeds and shows another holder, (b) local health turns bad,
-        (c) a failure of another kind happens (a timeout, refused connection or TLS failure:
-        this node's path to the store is broken, which is a partition of *this* node, not a
-        store outage; or 401/403/4xx: the store answers but refuses us). A renewal that
-        succeeds makes it an ordinary leader again.
+    The unreachable-store rule (docs/design/lease-unreachable.md has the argument and the
+    bounds per fault)
+        kube-vip users lose the control-plane endpoint when etcd is down: every renewal
+        fails, the leader steps down, nobody can acquire (kube-vip #748, #1236, #453). But a
+        failing call proves only that *this* node cannot write: with kubeadm's stacked etcd
+        each API server talks to its own member, and one member cut off from the quorum, or
+        one API server's Priority and Fairness (429), fails one node only. So the rule is
+        client-go's — step down at the renew deadline — **unless this node has positive
+        evidence that nobody else can lead** (and ``keep_on_unreachable`` is on):
 
-        The other side: a follower that could not read the Lease for a renew deadline or
-        more cannot know whether the holder renewed in the meantime (the holder may have
-        been this rule's leader), so when it can read again it counts the record as observed
-        *now* (a full ``lease_duration`` before it may take over). A leader that kept
-        the VIP through an outage therefore has ``lease_duration`` after the store comes back
-        to renew before anyone may steal the Lease, and never races a peer for it.
+        - **Peers** (`observe_peers`, from the driver's checks of the other API servers'
+          etcd readiness): every known peer *answered* not ready (it cannot reach the store,
+          so its vipd cannot write the Lease either), or there are no peers at all and no
+          other holder was ever seen in the Lease (a lone node). A peer that does not answer
+          proves nothing (a partitioned leader sees exactly that). Then the leader keeps the
+          VIP (`Role.HOLDING`, `Hold`), reads first every retry period, and gives it up when
+          a read shows another holder, or when the evidence ends: then one last round at
+          once, and a step-down if it fails or ``duration - renew_deadline`` passes without
+          a renewal (the peer that turned ready could not read the Lease either, so it needs
+          a whole duration from its first good read).
+        - **The store itself** (`classify`, `StoreRefused`): etcd's NOSPACE alarm answers
+          every write of every member alike, reads still work. A follower whose expiry falls
+          just after the writes return would take the Lease without ever meeting a refusal,
+          before our next round renews; so on refusals the leader steps down at the deadline
+          like client-go, and takes the VIP back (holding) once every follower's expiry has
+          passed with our record unchanged and writes still refused. A follower that takes
+          the Lease after its own writes were refused binds the VIP only after the old
+          holder's next read could have seen it (`bind_at`). A 429 is never store-wide.
+        - **The wire** (`foreign_claim`): another MAC announcing the VIP means someone else
+          believes it holds it: yield at once, never defend.
 
-    Local health gives way to a healthy peer (issue 3 item 2; README "Lease election", "When
-    the local API server is unhealthy")
+        The other side: a follower any of whose requests failed since its last good read (a
+        read, or a refused write) counts the record as observed at its next good read, a
+        full ``lease_duration`` before it may take over: the holder may have renewed out of
+        its sight, or kept the VIP on evidence that this very follower was not ready.
+
+    Local health gives way to a healthy peer (README "Lease election", "When the local API
+    server is unhealthy")
         ``poll``/``on_result`` take ``healthy`` (the local API server, after ``fall``) and
         ``peer_healthy`` (at least one *other* control-plane node's API server is healthy, as
         this node's checker sees it; the driver computes it from ``health.peers``). Then:
@@ -74,18 +88,23 @@ What it is
           it gives way once per unhealthy spell, never flaps.
         - **Without a healthy peer nothing changes**: a lone node, or one whose peers are all
           down too, acquires and keeps the Lease with an unhealthy API server (``kubeadm
-          init`` needs the VIP before the first API server is up).
-        - With the unreachable-store rule: a leader kept there (`Role.HOLDING`) already steps
-          down when its local health turns bad; giving way needs a successful write, so in a
-          store outage the release fails like a renewal and the renew-deadline rules apply.
+          init`` needs the VIP before the first API server is up). A peer entry that is this
+          node (its ``identity`` or one of ``self_addresses``) is never a peer; when the
+          driver reports the peers (`observe_peers`), "a healthy peer" also needs one of
+          them to answer ready, so a node never gives way to itself.
+        - With the unreachable-store rule: giving way needs a successful write, so in a
+          store outage the release fails like a renewal and the renew-deadline rules apply;
+          a holding leader's own health does not matter (the evidence is that nobody else
+          can do better).
 
 What it must not do
     No I/O, no clock, no randomness: ``now`` (seconds on a monotonic clock), outcomes, local
-    health and the jitter are passed in, and it returns `Send` requests and role changes for
-    the driver (``vipd.lease.driver``) to carry out. It never reads the remote timestamps for
-    a decision (they are written for humans and other tools, stamped by the driver). One
-    request is in flight at a time; a request the driver abandons (its deadline passed) is
-    reported as `Unreachable` and a late answer to it is ignored.
+    health, the peers' states, the wire's claims and the jitter are passed in, and it returns
+    `Send` requests and role changes for the driver (``vipd.lease.driver``) to carry out. It
+    never reads the remote timestamps for a decision (they are written for humans and other
+    tools, stamped by the driver). One request is in flight at a time; a request the driver
+    abandons (its deadline passed) is reported as `Unreachable` and a late answer to it is
+    ignored.
 """
 
 from __future__ import annotations
