@@ -175,8 +175,15 @@ class Sim:
 
     def run_until(self, t: float) -> None:
         self._detect()
+        same, last = 0, None
         while self._q and self._q[0][0] <= t:
             when, _, fn = heapq.heappop(self._q)
+            same = same + 1 if when == last else 0
+            if same > 10_000:
+                # An elector that asks to be polled again at the same instant forever: the
+                # driver would spin on it.
+                raise RuntimeError(f"livelock at t={when}")
+            last = when
             self.now = when
             fn()
             self._detect()

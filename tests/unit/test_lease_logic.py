@@ -446,6 +446,16 @@ def test_release_as_follower_sends_nothing() -> None:
     assert e.release(0.0, 1.0) == [] and e.released
 
 
+def test_release_as_follower_with_a_read_in_flight_is_done_at_once() -> None:
+    """Nothing pending may keep a stopped elector asking to be polled (the driver would
+    spin on a wake-up time in the past)."""
+    e = elector("n2")
+    r = sent(e.poll(0.0, True)).request
+    assert e.release(0.5, 1.0) == [] and e.released and e.pending is None
+    assert e.on_result(0.6, r.id, Ok(rec("1", "n1")), True) == []
+    assert e.poll(5.0, True) == []
+
+
 # -- three electors on a timeline ----------------------------------------------------------------
 
 

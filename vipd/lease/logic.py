@@ -59,8 +59,10 @@ What it is
           before our next round renews; so on refusals the leader steps down at the deadline
           like client-go, and takes the VIP back (holding) once every follower's expiry has
           passed with our record unchanged and writes still refused. A follower that takes
-          the Lease after its own writes were refused binds the VIP only after the old
-          holder's next read could have seen it (`bind_at`). A 429 is never store-wide.
+          the Lease from another holder after one of its own requests failed (nobody having
+          written since) binds the VIP only after the old holder's next read could have seen
+          it (`bind_at`): its failure may have pushed its expiry past that wait. A 429 is
+          never store-wide.
         - **The wire** (`foreign_claim`): another MAC announcing the VIP means someone else
           believes it holds it: yield at once, never defend.
 
@@ -461,7 +463,10 @@ class Elector:
     peers: dict[str, PeerState] | None = None  # None: nothing known about the others
     others_seen: bool = False  # a record held by another identity was seen: not alone
     store_refused_at: float | None = None  # read ok, then the write refused store-wide
-    refused_write_at: float | None = None  # a follower's write refused store-wide
+    # A follower's request failed (a read, or a write refused), and nobody has written the
+    # Lease since: the holder may be holding on evidence, or reclaimed on refusals with this
+    # follower's expiry pushed past its wait by the failure.
+    failed_since_change: float | None = None
     bind_at: float | None = None  # acquired, the VIP is bound from then (see _took)
     stats_holds: int = 0
     stats_foreign_claims: int = 0
@@ -473,6 +478,8 @@ class Elector:
     _reclaim_rv: str | None = None  # stepped down on store-wide refusals: our last record
     _reclaim_at: float = 0.0
     _last_renew_ok: float | None = None  # when our last successful write was answered
+    _now: float = float("-inf")  # the latest ``now`` an entry point was given
+    _hold_on: str = ""  # what the hold began on: "peers" or "store"
 
     # -- queries -------------------------------------------------------------------------
 
@@ -530,6 +537,7 @@ class Elector:
         """Call at start, at ``wake_at`` and whenever health changes. ``jitter`` in [0, 1).
         ``peer_healthy``: another node's API server is healthy (see the module docstring)."""
         actions: list[Action] = []
+        self._now = now
         self._jitter = min(max(jitter, 0.0), 0.999)
         if self.released:
             return actions
@@ -572,6 +580,7 @@ class Elector:
         p = self.pending
         if p is None or p.request.id != request_id:
             return []
+        self._now = now
         self._health(healthy)
         return self._result(now, p.request, outcome, healthy, self._peer_ok(peer_healthy))
 
@@ -580,6 +589,7 @@ class Elector:
         name). Call whenever one changes, and once at start (an empty mapping: this node is
         alone). Entries that are this node itself (``identity``, ``self_addresses``) are
         dropped. A holding leader whose evidence this removes steps down at once."""
+        self._now = now
         mine = {_same_node(a) for a in self.params.self_addresses} | {self.params.identity}
         self.peers = {k: v for k, v in peers.items() if _same_node(k) not in mine}
         if self.released:
@@ -591,6 +601,7 @@ class Elector:
         believes it holds it. Yield at once, never defend: remove the VIP, stay a candidate.
         The next round reads the Lease: if it is still ours, we take it back (and the other
         node, a leader holding on stale evidence, yields to our announcement in turn)."""
+        self._now = now
         if self.released or not self.leader:
             return []
         self.stats_foreign_claims += 1
@@ -607,6 +618,7 @@ class Elector:
         self.releasing = True
         if self.role is Role.FOLLOWER or self.observed is None:
             self.released = True
+            self.pending = None  # done: an answer still on its way no longer matters
             return []
         self.pending = None  # whatever was in flight no longer matters
         rec = self.observed
@@ -696,16 +708,19 @@ class Elector:
         return d if d is not None and self.role is Role.LEADER else p.abandon_at
 
     def _wake(self, at: float) -> None:
-        d = self.renew_deadline_at
-        if self.role is Role.LEADER and d is not None:
-            at = min(at, d)  # the deadline is checked on time, whatever else is pending
-        if self.bind_at is not None:
-            at = min(at, self.bind_at)
+        """Poll again at ``at``, or earlier at the next time something is due. A due time
+        already past is not one (it has been handled, or is being): clamping to it would make
+        the driver spin."""
+        points = [self.bind_at]
+        if self.role is Role.LEADER:
+            points.append(self.renew_deadline_at)  # checked on time, whatever else is pending
         if self.role is Role.HOLDING:
             if self.store_refused_at is not None:
-                at = min(at, self.store_refused_at + self._store_fresh())
-            if self._last_chance_until is not None:
-                at = min(at, self._last_chance_until)
+                points.append(self.store_refused_at + self._store_fresh())
+            points.append(self._last_chance_until)
+        for p in points:
+            if p is not None and p > self._now:
+                at = min(at, p)
         self.wake_at = at
 
     def _request(self, verb: Verb, purpose: Purpose, timeout: float, **kw: object) -> Request:
@@ -777,7 +792,7 @@ class Elector:
         if changed and rec.holder and rec.holder != self.params.identity:
             # Someone else wrote it: writes work again and this node is not alone.
             self.others_seen = True
-            self.refused_write_at = None
+            self.failed_since_change = None
         self.observed = rec
         self.lost_sight = False
         self.last_read_ok = now
@@ -797,6 +812,7 @@ class Elector:
         why = self._peer_evidence()
         if why is not None and self.bind_at is None:
             self.role = Role.HOLDING
+            self._hold_on = "peers"
             self.stats_holds += 1
             self._wake(min(self.wake_at, now + self.params.retry_period))
             return [
@@ -810,14 +826,11 @@ class Elector:
             f"renew deadline {self.params.renew_deadline:g} s passed without a successful "
             f"renewal ({fails})"
         )
-        last, rec = self.last_renew_sent, self.observed
-        if self._store_evidence(now) is not None and last is not None and rec is not None:
+        if self._arm_reclaim(now):
             # Store-wide refusals: nobody can take the Lease, but a follower whose expiry
             # comes just after the writes return takes it without ever seeing a refusal, before
             # our next round renews. So step down like client-go, and take the VIP back once
             # every follower's expiry has passed with our record still unchanged.
-            self._reclaim_rv = rec.resource_version
-            self._reclaim_at = (self._last_renew_ok or last) + self._reclaim_after()
             reason += (
                 "; the store refuses every write for every member (etcd NOSPACE alarm): the "
                 f"VIP comes back here {self._reclaim_after():g} s after the last renewal if the "
@@ -841,7 +854,12 @@ class Elector:
         counts our record from its first good read and needs a whole duration from there."""
         if self.role is not Role.HOLDING:
             return []
-        if self.evidence(now) is not None:
+        # Held on the peers: store refusals do not carry it on (taking the VIP on refusals
+        # needs the reclaim's wait). Held on refusals: the peers' evidence may take over.
+        held = self._peer_evidence()
+        if held is None and self._hold_on == "store":
+            held = self._store_evidence(now)
+        if held is not None:
             self._last_chance_until = None
             return []
         if self._last_chance_until is None and not failed:
@@ -853,12 +871,25 @@ class Elector:
             return []
         if not failed and self._last_chance_until is not None and now < self._last_chance_until:
             return []
+        self._arm_reclaim(now)
         return self._step_down(
             now,
             "holding the VIP through a store outage, and nothing shows any more that no "
             "other node can lead",
             "store-down-ended",
         )
+
+    def _arm_reclaim(self, now: float) -> bool:
+        """Stepping down while the store refuses writes: come back once every follower's
+        expiry has passed with our record unchanged (see `_reclaim`)."""
+        last, rec = self._last_renew_ok or self.last_renew_sent, self.observed
+        if self._store_evidence(now) is None or last is None or rec is None:
+            return False
+        if rec.holder != self.params.identity:
+            return False
+        self._reclaim_rv = rec.resource_version
+        self._reclaim_at = last + self._reclaim_after()
+        return True
 
     def _check_bind(self, now: float) -> list[Action]:
         if self.bind_at is None or now < self.bind_at or self.role is not Role.LEADER:
@@ -954,10 +985,10 @@ class Elector:
         if self.role is Role.FOLLOWER:
             # Blind, or unable to write: its view of the Lease no longer proves anything.
             self.lost_sight = True
-            if refused:
-                self.refused_write_at = now
-                if self._round_read_ok and now >= self._reclaim_at and self.bind_at is None:
-                    return self._reclaim(now)
+            self.failed_since_change = now
+            due = self._round_read_ok and now >= self._reclaim_at and self.bind_at is None
+            if refused and due:
+                return self._reclaim(now)
             if req.verb is Verb.GET:
                 self._reclaim_rv = None  # the claim needs unbroken sight of our record
             self._wake(self._next_poll(now))
@@ -980,6 +1011,7 @@ class Elector:
         refuses every write: nobody took the Lease and nobody can. Keep the VIP (holding)."""
         self._reclaim_rv = None
         self.role = Role.HOLDING
+        self._hold_on = "store"
         self.store_refused_at = now
         self._read_first = True
         self.stats_holds += 1
@@ -990,15 +1022,17 @@ class Elector:
         )
         return [BecomeLeader(why, "store-down"), Hold(why, "store-down")]
 
-    def _took_from_a_refusing_store(self, sent_at: float, req: Request) -> bool:
-        """Did this acquisition take a Lease from another holder right after the store
-        refused our writes? That holder may be holding on the refusals and read the Lease
-        only once per round: it needs that long to see us before we bind the VIP."""
-        at = self.refused_write_at
-        if at is None or req.purpose is not Purpose.ACQUIRE or not req.stamp_acquire:
-            return False
-        horizon = self.params.duration + 2 * self.params.retry_period + 2 * self._cap()
-        return sent_at - at <= horizon
+    def _took_after_failures(self, req: Request) -> bool:
+        """Did this acquisition take a Lease from another holder after one of our requests
+        failed, with nobody writing the Lease since? That holder may be holding on the
+        store's refusals (taken back after a wait that our failure outlasted: our expiry
+        restarted) and read the Lease only once per round: it needs that long to see us
+        before we bind the VIP."""
+        return (
+            self.failed_since_change is not None
+            and req.purpose is Purpose.ACQUIRE
+            and req.stamp_acquire
+        )
 
     def _ok(
         self,
@@ -1037,7 +1071,7 @@ class Elector:
                     Purpose.ACQUIRE: ("acquired the Lease", "acquired"),
                 }.get(req.purpose, ("renewed the Lease", "renewed"))
                 reason = f"{how} (transitions {rec.transitions}, rv {rec.resource_version})"
-                if from_other and self._took_from_a_refusing_store(sent_at, req):
+                if from_other and self._took_after_failures(req):
                     self.bind_at = sent_at + self._bind_delay()
                     self._bind_reason = (
                         f"{reason}, after the store had refused writes: bound "
@@ -1045,7 +1079,7 @@ class Elector:
                     )
                 else:
                     actions.append(BecomeLeader(reason, label))
-                self.refused_write_at = None
+                self.failed_since_change = None
             elif self.role is Role.HOLDING:
                 self.role = Role.LEADER
                 actions.append(
