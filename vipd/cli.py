@@ -341,6 +341,12 @@ def cmd_manifest(args: argparse.Namespace) -> int:
             "its node (NODE_NAME)",
             file=sys.stderr,
         )
+    if opts.image == manifest.DEFAULT_IMAGE:
+        print(
+            f"vipd manifest: image {opts.image} is the local default, which only a node that "
+            "built or loaded it has: pass --image REGISTRY/vipd:TAG (docs/install-image.md)",
+            file=sys.stderr,
+        )
     sys.stdout.write(text)
     return 0
 
@@ -410,7 +416,12 @@ def build_parser(
     )
     p_man.add_argument("kind", choices=m.KINDS)
     p_man.add_argument("--config", "-c", required=True, help="YAML config file, - for stdin")
-    p_man.add_argument("--image", default=m.DEFAULT_IMAGE, help="vipd image (%(default)s)")
+    p_man.add_argument(
+        "--image",
+        default=m.DEFAULT_IMAGE,
+        help="vipd image, as the nodes pull it (default %(default)s, which only a node that "
+        "built it has: a warning says so)",
+    )
     p_man.add_argument(
         "--namespace", default=m.DEFAULT_NAMESPACE, help="pods' namespace (%(default)s)"
     )

@@ -149,16 +149,26 @@ def configuration(access: Access, cred: Credentials) -> Any:
 
     overrides(c)
     # The loaders install a hook that re-reads the token before every request (rotation) and
-    # copies the kubeconfig's server back over ours with it: re-apply ours after it, or the
-    # first request would go to the kubeconfig's server, the VIP.
-    hook = c.refresh_api_key_hook
-    if hook is not None:
+    # copies the kubeconfig's server back over ours with it: re-apply ours after it, or every
+    # request would go to the kubeconfig's server, the VIP. The kubeconfig loader's hook also
+    # installs a fresh copy of itself each time it runs (kubernetes/config/kube_config.py,
+    # ``_set_config``), so ours wraps whichever hook is there after every run, not only the
+    # first one.
+
+    def wrap(conf: Any) -> None:
+        hook = conf.refresh_api_key_hook
+        if hook is None:
+            return
 
         def refresh(conf: Any) -> None:
             hook(conf)
             overrides(conf)
+            if conf.refresh_api_key_hook is not refresh:
+                wrap(conf)
 
-        c.refresh_api_key_hook = refresh
+        conf.refresh_api_key_hook = refresh
+
+    wrap(c)
     c.retries = False  # the caller decides when to try again
     c.connection_pool_maxsize = 4
     return c

@@ -2,12 +2,12 @@
 
 What it tests: the Containerfile builds (from a locally made Debian base: no registry is
 reachable here, see tests/netns/podman.py) into an image whose entrypoint is ``vipd`` and
-that holds no compiler; run as the DaemonSet's container would be (the rendered manifest's
-args and environment, ``--network=ns:`` of a lab node, only NET_ADMIN and NET_RAW, a
-read-only root filesystem), it takes part in the election with two vipd processes on the
-other nodes: with the highest priority it takes the VIP over, the client reaches its node,
-its effective capabilities are exactly those two, and ``podman stop`` (SIGTERM) hands the
-VIP over gracefully and exits 0.
+that holds no compiler, no lab and no test tools; run as the DaemonSet's container would be
+(the rendered manifest's args and environment, ``--network=ns:`` of a lab node, only
+NET_ADMIN and NET_RAW, a read-only root filesystem), it takes part in the election with two
+vipd processes on the other nodes: with the highest priority it takes the VIP over, the
+client reaches its node, its effective capabilities are exactly those two, and ``podman
+stop`` (SIGTERM) hands the VIP over gracefully and exits 0.
 """
 
 from __future__ import annotations
@@ -68,6 +68,19 @@ def test_image_has_vipd_as_entrypoint_and_no_compiler(image: Podman) -> None:
         "for c in gcc cc c++ g++ clang make ld; do command -v $c; done; true",
     ).stdout  # fmt: skip
     assert probe.strip() == "", f"build tools in the final image: {probe}"
+    # The daemon and its runtime dependencies only: no lab (nor its test doubles), no test
+    # tools, no pip.
+    lab = image.cmd("run", "--rm", "--network=none", IMAGE, "lab", check=False)
+    assert lab.returncode == 1 and "not installed" in lab.stderr, lab.stderr
+    code = (
+        "import importlib.util as u, sys; "
+        "print([m for m in ('vipd.lab', 'vipd.lease.emulator', 'scapy', 'pytest', 'pip') "
+        "if u.find_spec(m)])"
+    )
+    absent = image.cmd(
+        "run", "--rm", "--network=none", "--entrypoint", "/opt/vipd/bin/python", IMAGE, "-c", code
+    ).stdout  # fmt: skip
+    assert absent.strip() == "[]", absent
 
 
 def test_container_takes_part_in_the_election_with_only_two_capabilities(

@@ -64,7 +64,8 @@ def test_topology_builds_and_tears_down_leaving_nothing(netns_ok: None) -> None:
         ).stdout
         assert not {"n1", "n2", "n3", "c", "br0"} & {x["ifname"] for x in json.loads(host_links)}
         sleeper = lab.spawn(n2.ns, ["sleep", "60"])
-        assert sleeper.pid in netns_pids(n2.ns)
+        # `ip netns exec` enters the namespace after the fork that Popen returns from.
+        assert wait_until(lambda: sleeper.pid in netns_pids(n2.ns), 5.0) is not None
         workdir = lab.workdir
     assert lab_namespaces(lab.prefix) == []
     assert sleeper.poll() is not None  # killed and reaped

@@ -2,12 +2,37 @@
 
 What it is: a deterministic discrete-event simulator. The store keeps one Lease with
 Kubernetes' optimistic concurrency (every write bumps ``resourceVersion``; a write on a stale
-one is a 409); each node runs one `vipd.lease.logic.Elector` and plays the driver: it polls at
-``wake_at``, sends requests that the store applies ``latency / 2`` later and whose answer
-arrives ``latency`` after sending, and follows the elector's role. Faults per node: the store
-answers 5xx (all requests or writes only), or never answers (a partition or a stall), and a
-node can die silently or stop gracefully (release). Every node also has its own clock offset
-(``skew``): the elector sees ``now + skew``, which must change nothing.
+one is a 409; an update without one is a 422, as the real Lease strategy answers); each node
+runs one `vipd.lease.logic.Elector` and plays the driver: it polls at ``wake_at``, sends
+requests that the store applies ``latency / 2`` later and whose answer arrives ``latency``
+after sending, and follows the elector's role. Every HTTP error goes through
+`vipd.lease.logic.classify`, as the driver's does.
+
+Faults per node (``SimNode.fault``), each what a real fault looks like from vipd's side:
+
+- ``"5xx"``: this node's etcd member is cut off from the quorum: its API server answers 503
+  to vipd and ``/readyz`` not ready (its etcd check fails);
+- ``"429"``: this API server's Priority and Fairness rejects vipd; ``/readyz`` stays 200;
+- ``"5xx-writes"``: this node's writes answer 503, reads work (``/readyz`` is 200);
+- ``"blackhole"``: this node's API server is stalled (SIGSTOP): no answer, and its
+  ``/readyz`` does not answer either;
+- ``"store-hang"``: this node's API server waits on an etcd that does not answer: vipd's
+  calls hang until abandoned, while ``/readyz`` answers not ready (its etcd check has its
+  own timeout);
+- ``"partition"``: the node is cut off the bridge with its processes alive: its calls hang,
+  it hears no peer and no peer hears it (no health answers, no ARP either way);
+- ``"403"``: RBAC refuses vipd.
+
+Store-wide: ``Store.nospace`` (etcd's NOSPACE alarm: every write answers 500 "database space
+exceeded", reads work, ``/readyz`` is 200). A node can die silently or stop gracefully
+(release). Every node has its own clock offset (``skew``): the elector sees ``now + skew``,
+which must change nothing.
+
+The driver's other inputs: with ``views=True`` every node gets `Elector.observe_peers` with
+the other nodes' ``/readyz`` states (ready, answered not ready, unreachable) whenever they
+change, ``view_lag`` seconds late (the checker's interval and rise); with ``arp=True`` a node
+that becomes leader sends a gratuitous ARP that every node on the bridge hears
+(`Elector.foreign_claim`) ``arp_delay`` later.
 
 What it must not do: touch real time, threads or sockets. Same inputs, same timeline.
 """
@@ -30,13 +55,15 @@ from vipd.lease.logic import (
     Ok,
     Outcome,
     Params,
+    PeerState,
     Record,
-    Rejected,
     Request,
     Send,
-    Unavailable,
     Verb,
+    classify,
 )
+
+NOSPACE = "etcdserver: mvcc: database space exceeded"
 
 
 @dataclass
@@ -46,10 +73,19 @@ class Store:
     record: Record | None = None
     rv: int = 0
     writes: list[tuple[float, str | None, int]] = field(default_factory=list)
+    nospace: bool = False  # etcd's NOSPACE alarm: every write refused, reads served
+    refused_updates_without_rv: int = 0
 
     def apply(self, now: float, req: Request) -> Outcome:
         if req.verb is Verb.GET:
             return Ok(self.record) if self.record is not None else NotFound()
+        if req.verb is Verb.UPDATE and not req.resource_version:
+            # The Lease strategy: "metadata.resourceVersion: Invalid value: 0x0: must be
+            # specified for an update".
+            self.refused_updates_without_rv += 1
+            return classify(422, "metadata.resourceVersion: must be specified for an update")
+        if self.nospace:
+            return classify(500, NOSPACE)
         if req.verb is Verb.CREATE:
             if self.record is not None:
                 return Conflict()
@@ -75,7 +111,8 @@ class Store:
         return self.record
 
 
-Fault = str  # "" | "5xx" | "5xx-writes" | "blackhole" | "403"
+Fault = str  # "" | "5xx" | "429" | "5xx-writes" | "blackhole" | "store-hang" | "partition" | "403"
+HANGS = ("blackhole", "partition", "store-hang")
 
 
 @dataclass(eq=False)
@@ -97,6 +134,14 @@ class Sim:
         params: Callable[[str], Params] | None = None,
         latency: float = 0.002,
         skews: dict[str, float] | None = None,
+        *,
+        views: bool = True,
+        view_lag: float = 0.0,
+        view_self: bool = False,
+        arp: bool = False,
+        arp_delay: float = 0.001,
+        error_delay: float = 0.0,
+        jitters: dict[str, float] | None = None,
     ) -> None:
         mk = params or (lambda n: Params(identity=n, duration=5, renew_deadline=3, retry_period=1))
         self.now = 0.0
@@ -107,6 +152,19 @@ class Sim:
         self._seq = itertools.count()
         self.timeline: list[tuple[float, str, bool]] = []  # (time, node, leader)
         self._poll_at: dict[str, float] = {}
+        self.views = views
+        self.view_lag = view_lag
+        self.view_self = view_self  # a driver bug: the node's own address among its peers
+        self.arp = arp
+        self.arp_delay = arp_delay
+        # A 5xx/429 answered this much later than a good answer (the API server waits for
+        # etcd's own request timeout before it answers 503); a request that outlives the
+        # elector's timeout is abandoned.
+        self.error_delay = error_delay
+        self.jitters = jitters or {}  # per node, in [0, 1): the driver's random.random()
+        self.foreign_claims: list[tuple[float, str, str]] = []  # (time, heard by, sender)
+        self._signature: tuple[object, ...] | None = None
+        self._detect()
         for n in names:
             self._schedule_poll(self.nodes[n], 0.0)
 
@@ -116,11 +174,74 @@ class Sim:
         heapq.heappush(self._q, (t, next(self._seq), fn))
 
     def run_until(self, t: float) -> None:
+        self._detect()
+        same, last = 0, None
         while self._q and self._q[0][0] <= t:
             when, _, fn = heapq.heappop(self._q)
+            same = same + 1 if when == last else 0
+            if same > 10_000:
+                # An elector that asks to be polled again at the same instant forever: the
+                # driver would spin on it.
+                raise RuntimeError(f"livelock at t={when}")
+            last = when
             self.now = when
             fn()
+            self._detect()
         self.now = t
+
+    # -- the driver's other inputs: peers' /readyz and the wire --
+
+    def readyz(self, viewer: SimNode, target: SimNode) -> PeerState:
+        """What ``viewer``'s checker gets from ``target``'s API server's etcd check right now
+        (``/readyz/etcd``: not ready exactly when that server cannot reach the store)."""
+        if target.fault in ("5xx", "store-hang") and viewer.fault != "partition":
+            return PeerState.NOT_READY
+        if viewer.fault == "partition" or target.fault in HANGS:
+            return PeerState.UNREACHABLE
+        return PeerState.READY
+
+    def view(self, viewer: SimNode) -> dict[str, PeerState]:
+        out = {o.name: self.readyz(viewer, o) for o in self.nodes.values() if o is not viewer}
+        if self.view_self:
+            out[viewer.name] = PeerState.READY
+        return out
+
+    def _detect(self) -> None:
+        """Tests change faults between events: push the new views when anything changed."""
+        if not self.views:
+            return
+        nodes = tuple((n.name, n.fault, n.health, n.alive) for n in self.nodes.values())
+        sig = (*nodes, self.store.nospace)
+        if sig == self._signature:
+            return
+        self._signature = sig
+        for n in self.nodes.values():
+            self.at(self.now + self.view_lag, self._pusher(n, self.view(n)))
+
+    def _pusher(self, node: SimNode, view: dict[str, PeerState]) -> Callable[[], None]:
+        return lambda: self._push(node, view)
+
+    def _push(self, node: SimNode, view: dict[str, PeerState]) -> None:
+        if not node.alive or e_done(node.elector):
+            return
+        self._apply(node, node.elector.observe_peers(self.now + node.skew, view))
+        self._rearm(node)
+
+    def _garp(self, sender: SimNode) -> None:
+        if sender.fault == "partition":
+            return
+        for o in self.nodes.values():
+            if o is sender or not o.alive or o.fault == "partition" or e_done(o.elector):
+                continue
+
+            def hear(o: SimNode = o) -> None:
+                if not o.alive or e_done(o.elector):
+                    return
+                self.foreign_claims.append((self.now, o.name, sender.name))
+                self._apply(o, o.elector.foreign_claim(self.now + o.skew))
+                self._rearm(o)
+
+            self.at(self.now + self.arp_delay, hear)
 
     def _schedule_poll(self, node: SimNode, t: float) -> None:
         # Keep one outstanding poll per node: the earliest wins, later ones check wake_at.
@@ -133,7 +254,12 @@ class Sim:
         e = node.elector
         self._apply(
             node,
-            e.poll(self.now + node.skew, node.health, jitter=0.5, peer_healthy=self.peer(node)),
+            e.poll(
+                self.now + node.skew,
+                node.health,
+                jitter=self.jitters.get(node.name, 0.5),
+                peer_healthy=self.peer(node),
+            ),
         )
         self._rearm(node)
 
@@ -149,6 +275,8 @@ class Sim:
                 self._send(node, a.request)
             elif isinstance(a, BecomeLeader):
                 self._set_leader(node, True, f"leader: {a.reason}")
+                if self.arp:
+                    self._garp(node)
             elif isinstance(a, BecomeFollower):
                 self._set_leader(node, False, f"follower: {a.reason}")
             elif isinstance(a, Hold):
@@ -162,15 +290,18 @@ class Sim:
 
     def _send(self, node: SimNode, req: Request) -> None:
         fault = node.fault
-        if fault == "blackhole":
+        if fault in HANGS:
             return  # no answer ever: the elector abandons it at its timeout
         sent = self.now
 
         def arrive() -> None:
+            delay = self.error_delay if fault in ("5xx", "5xx-writes", "429") else 0.0
             if fault == "5xx" or (fault == "5xx-writes" and req.verb is not Verb.GET):
-                outcome: Outcome = Unavailable(503, "etcdserver: request timed out")
+                outcome: Outcome = classify(503, "etcdserver: request timed out")
+            elif fault == "429":
+                outcome = classify(429, "Too many requests, please try again later.")
             elif fault == "403":
-                outcome = Rejected(403, "forbidden")
+                outcome = classify(403, "forbidden")
             else:
                 outcome = self.store.apply(sent + self.latency / 2, req)
 
@@ -185,13 +316,17 @@ class Sim:
                 )
                 self._rearm(node)
 
-            self.at(sent + self.latency, deliver)
+            self.at(sent + self.latency + delay, deliver)
 
         self.at(sent + self.latency / 2, arrive)
 
     def peer(self, node: SimNode) -> bool:
         """What node's checker sees: another node's API server is healthy (its vipd may be
         dead: the checker cannot tell)."""
+        if self.view_self:
+            # Its own API server listed as a peer, checked at the node address: healthy there
+            # a while longer (or only there), whatever the local check says.
+            return True
         return any(o.health for o in self.nodes.values() if o is not node)
 
     def set_health(self, name: str, healthy: bool) -> None:
@@ -220,6 +355,38 @@ class Sim:
 
     def leaders(self) -> list[str]:
         return sorted(n.name for n in self.nodes.values() if n.leader)
+
+    def overlap_time(self, until: float | None = None) -> float:
+        """The longest stretch with two or more holders (0.0: the invariant held)."""
+        return max((b - a for a, b in self._spans(lambda k: k > 1, until)), default=0.0)
+
+    def gaps(self, after: float = 0.0, until: float | None = None) -> list[tuple[float, float]]:
+        """Stretches with no holder at all, clipped to [after, until]."""
+        out = []
+        for a, b in self._spans(lambda k: k == 0, until):
+            a, b = max(a, after), b
+            if b > a:
+                out.append((a, b))
+        return out
+
+    def _spans(self, bad: Callable[[int], bool], until: float | None) -> list[tuple[float, float]]:
+        end = self.now if until is None else until
+        held: set[str] = set()
+        spans: list[tuple[float, float]] = []
+        start: float | None = 0.0 if bad(0) else None
+        for t, name, leader in self.timeline:
+            if t > end:
+                break
+            (held.add if leader else held.discard)(name)
+            if bad(len(held)):
+                if start is None:
+                    start = t
+            elif start is not None:
+                spans.append((start, t))
+                start = None
+        if start is not None:
+            spans.append((start, end))
+        return spans
 
     def overlaps(self) -> list[tuple[float, list[str]]]:
         """Instants at which two or more nodes were leaders (the invariant's violations)."""

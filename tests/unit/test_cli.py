@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,21 +50,17 @@ def test_config_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert line.startswith("vipd: config error: vip:") and "DNS name" in line
 
 
-def vipd(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def vipd(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "vipd", *args],
         capture_output=True,
         text=True,
         check=False,
         input=stdin,
-        env={"PATH": "/usr/bin:/bin", "NODE_NAME": "n1"},
+        env=env if env is not None else {**os.environ, "NODE_NAME": "n1"},
     )
-
-
-def test_version_flag_and_command_agree() -> None:
-    flag, command = vipd("--version"), vipd("version")
-    assert flag.returncode == command.returncode == 0, flag.stderr
-    assert flag.stdout == command.stdout and flag.stdout.startswith("vipd ")
 
 
 GOOD = "vip: 10.0.0.100\ninterface: eth0\nelection: {vrrp: {vrid: 51, priority: 150}}\n"
@@ -75,15 +72,6 @@ BAD = (
     "garp: {repeet: 3, interval: 9}\n"
     "helth: {}\n"
 )
-
-
-def test_check_offline_validates_the_file_alone(tmp_path: Path) -> None:
-    # eth0 need not exist here, nor the VIP's subnet: nothing on the host is looked at.
-    path = tmp_path / "good.yaml"
-    path.write_text(GOOD.replace("eth0", "nosuchif0"))
-    out = vipd("check", "--offline", "-c", str(path))
-    assert out.returncode == 0, out.stderr
-    assert "valid (offline" in out.stdout
 
 
 def test_check_offline_prints_every_error_with_a_suggestion(tmp_path: Path) -> None:
@@ -125,3 +113,45 @@ def test_a_yaml_error_on_stdin_names_stdin() -> None:
     out = vipd("check", "--offline", "-c", "-", stdin="vip: [\n")
     assert out.returncode == cli.EXIT_CONFIG
     assert out.stderr.startswith("vipd: config error: <stdin>:")
+
+
+def test_version_flag_prints_what_the_version_command_prints() -> None:
+    flag, command = vipd("--version"), vipd("version")
+    assert flag.returncode == 0 and command.returncode == 0, flag.stderr + command.stderr
+    assert flag.stdout == command.stdout and flag.stdout.startswith("vipd ")
+
+
+def test_check_offline_validates_the_file_alone(tmp_path: Path) -> None:
+    # An interface this host does not have and a kubeconfig that does not exist: both would
+    # fail the online check, neither is looked at offline.
+    path = tmp_path / "vipd.yaml"
+    path.write_text(
+        "vip: 10.0.0.100\ninterface: no-such-if0\n"
+        "election: {mode: lease, lease: {kubeconfig: /nonexistent/admin.conf}}\n"
+    )
+    out = vipd("check", "--offline", "--config", str(path))
+    assert out.returncode == 0, out.stderr
+    assert "valid" in out.stdout and "election lease" in out.stdout
+    online = vipd("check", "--config", str(path))
+    assert online.returncode == 2, online.stdout
+
+
+def test_check_offline_still_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("vip: 10.0.0.100\nelection: {vrrp: {vrid: 300}}\n")
+    out = vipd("check", "--offline", "--config", str(path))
+    assert out.returncode == 2 and out.stdout == ""
+    line, summary = out.stderr.strip().splitlines()
+    assert line.startswith("vipd: config error: election.vrrp.vrid:"), line
+    assert summary.endswith("1 error(s)"), summary
+
+
+def test_manifest_warns_about_the_local_default_image_only(tmp_path: Path) -> None:
+    path = tmp_path / "vipd.yaml"
+    path.write_text("vip: 10.0.0.100\nelection: {vrrp: {vrid: 51}}\n")
+    default = vipd("manifest", "daemonset", "--config", str(path))
+    assert default.returncode == 0, default.stderr
+    assert "localhost/vipd:" in default.stderr and "--image" in default.stderr
+    chosen = vipd("manifest", "daemonset", "--config", str(path), "--image", "reg.example/vipd:1")
+    assert chosen.returncode == 0 and chosen.stderr == "", chosen.stderr
+    assert "image: reg.example/vipd:1" in chosen.stdout

@@ -109,8 +109,8 @@ def test_failed_release_counts_as_a_failed_renewal_and_is_retried_each_period() 
     assert not sends(e.poll(0.75, False, peer_healthy=True))
     s = sent(e.poll(1.5, False, peer_healthy=True))
     assert s.request.purpose is Purpose.YIELD
-    # Still failing at the renew deadline (3 s after the last good renewal): an unhealthy
-    # leader steps down like client-go (the store rule needs local health).
+    # Still failing at the renew deadline (3 s after the last good renewal): the leader steps
+    # down like client-go (a healthy peer is no evidence that nobody else can lead).
     assert not e.on_result(1.5, s.request.id, Unavailable(503), False, True)
     s = sent(e.poll(2.5, False, peer_healthy=True))
     e.on_result(2.5, s.request.id, Unavailable(503), False, True)
@@ -119,9 +119,12 @@ def test_failed_release_counts_as_a_failed_renewal_and_is_retried_each_period() 
     assert not e.leader
 
 
-def test_holding_leader_still_steps_down_when_unhealthy_without_any_peer() -> None:
+def test_lone_holding_leader_keeps_the_vip_when_unhealthy() -> None:
+    """A lone node (no peers at all) holding through a store outage: nobody else can lead,
+    so its own health changes nothing (as a lone bootstrap node keeps the VIP)."""
     e = elector("n1")
     lead(e, 0.0)
+    e.observe_peers(0.0, {})
     t = 0.0
     while e.role is Role.LEADER:
         t += 0.25
@@ -129,7 +132,7 @@ def test_holding_leader_still_steps_down_when_unhealthy_without_any_peer() -> No
             e.on_result(t, s.request.id, Unavailable(503), True)
     assert e.role is Role.HOLDING
     acts = e.poll(t + 0.1, False, peer_healthy=False)
-    assert any(isinstance(a, BecomeFollower) for a in acts)
+    assert not any(isinstance(a, BecomeFollower) for a in acts) and e.leader
 
 
 # -- the follower -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from vipd.lease.logic import (
     Ok,
     Outcome,
     Params,
+    PeerState,
     Purpose,
     Record,
     Rejected,
@@ -229,6 +230,9 @@ def test_stalled_renewal_is_abandoned_at_the_deadline_not_after() -> None:
 # -- the unreachable-store rule (both sides) ----------------------------------------------------
 
 
+NOT_READY = {"n2": PeerState.NOT_READY, "n3": PeerState.NOT_READY}
+
+
 def _fail_until_deadline(e: Elector, outcome: Outcome, healthy: bool = True) -> list[object]:
     seen: list[object] = []
     t = 1.0
@@ -242,9 +246,10 @@ def _fail_until_deadline(e: Elector, outcome: Outcome, healthy: bool = True) -> 
     return seen
 
 
-def test_store_down_healthy_leader_keeps_the_vip() -> None:
+def test_store_down_everywhere_the_leader_keeps_the_vip() -> None:
     e = elector()
     lead(e)
+    e.observe_peers(0.5, NOT_READY)  # every peer's etcd check fails: nobody can write
     seen = _fail_until_deadline(e, Unavailable(503, "etcdserver: request timed out"))
     assert any(isinstance(a, Hold) for a in seen)
     assert not any(isinstance(a, BecomeFollower) for a in seen)
@@ -263,6 +268,7 @@ def test_store_down_healthy_leader_keeps_the_vip() -> None:
 def test_holding_leader_gives_up_at_once_when_another_holder_appears() -> None:
     e = elector()
     lead(e)
+    e.observe_peers(0.5, NOT_READY)
     _fail_until_deadline(e, Unavailable(500))
     assert e.role is Role.HOLDING
     t = e.wake_at
@@ -272,28 +278,76 @@ def test_holding_leader_gives_up_at_once_when_another_holder_appears() -> None:
     assert not e.leader
 
 
-def test_holding_leader_gives_up_when_unhealthy() -> None:
+def test_holding_leader_keeps_the_vip_with_its_own_api_server_unhealthy_too() -> None:
+    """The peers' API servers fail their etcd check, so does ours: the VIP here is as good
+    as anywhere, and nobody can take the Lease."""
     e = elector()
     lead(e)
-    _fail_until_deadline(e, Unavailable(503))
+    e.observe_peers(0.5, NOT_READY)
+    _fail_until_deadline(e, Unavailable(503), healthy=False)
     assert e.role is Role.HOLDING
-    acts = e.poll(e.wake_at - 0.5, False)
-    assert any(isinstance(a, BecomeFollower) for a in acts)
+    assert not any(isinstance(a, BecomeFollower) for a in e.poll(e.wake_at - 0.5, False))
 
 
-def test_holding_leader_gives_up_on_a_transport_failure() -> None:
+def test_holding_leader_keeps_the_vip_when_its_own_calls_time_out() -> None:
+    """In a whole-store outage the local API server often answers nothing before the
+    request timeout: the evidence is the peers', not the kind of our own failures."""
     e = elector()
     lead(e)
-    _fail_until_deadline(e, Unavailable(503))
+    e.observe_peers(0.5, NOT_READY)
+    _fail_until_deadline(e, Unreachable("timed out"))
+    assert e.role is Role.HOLDING
     s = sent(e.poll(e.wake_at, True))
     acts = e.on_result(e.wake_at, s.request.id, Unreachable("connection refused"), True)
+    assert not any(isinstance(a, BecomeFollower) for a in acts) and e.leader
+
+
+def test_holding_leader_gets_one_last_round_when_a_peer_turns_ready() -> None:
+    e = elector()
+    lead(e)
+    e.observe_peers(0.5, NOT_READY)
+    _fail_until_deadline(e, Unavailable(503))
+    assert e.role is Role.HOLDING
+    t = e.wake_at - 0.5
+    assert e.observe_peers(t, {**NOT_READY, "n3": PeerState.READY}) == []
+    s = sent(e.poll(t, True))  # at once, not a retry period later
+    assert s.request.verb is Verb.GET
+    acts = e.on_result(t, s.request.id, Unavailable(503), True)
+    assert [a.label for a in acts if isinstance(a, BecomeFollower)] == ["store-down-ended"]
+
+
+def test_holding_leader_renews_in_its_last_round_and_leads_on() -> None:
+    e = elector()
+    lead(e)
+    e.observe_peers(0.5, NOT_READY)
+    _fail_until_deadline(e, Unavailable(503))
+    t = e.wake_at - 0.5
+    e.observe_peers(t, {"n2": PeerState.READY, "n3": PeerState.READY})
+    s = sent(e.poll(t, True))
+    s = sent(e.on_result(t, s.request.id, Ok(rec("1", "n1")), True))
+    acts = e.on_result(t, s.request.id, Ok(rec("2", "n1")), True)
+    assert [a.label for a in acts if isinstance(a, BecomeLeader)] == ["store-back"]
+
+
+def test_holding_leader_steps_down_when_its_last_round_runs_out() -> None:
+    e = elector()
+    lead(e)
+    e.observe_peers(0.5, NOT_READY)
+    _fail_until_deadline(e, Unavailable(503))
+    t = e.wake_at - 0.5
+    e.observe_peers(t, {"n2": PeerState.READY, "n3": PeerState.READY})
+    sent(e.poll(t, True))  # never answered
+    acts = e.poll(t + (5.0 - 3.0), True)
     assert any(isinstance(a, BecomeFollower) for a in acts)
 
 
-def test_store_down_but_unhealthy_steps_down_at_the_deadline() -> None:
+def test_store_down_without_evidence_steps_down_at_the_deadline() -> None:
+    """5xx answers alone are no evidence: this node's etcd member may be the only one cut
+    off from the quorum, and the peers may be writing the Lease."""
     e = elector()
     lead(e)
-    seen = _fail_until_deadline(e, Unavailable(503), healthy=False)
+    e.observe_peers(0.5, {"n2": PeerState.READY, "n3": PeerState.NOT_READY})
+    seen = _fail_until_deadline(e, Unavailable(503))
     assert any(isinstance(a, BecomeFollower) for a in seen)
     assert not any(isinstance(a, Hold) for a in seen)
 
@@ -301,13 +355,15 @@ def test_store_down_but_unhealthy_steps_down_at_the_deadline() -> None:
 def test_rule_off_steps_down_like_client_go() -> None:
     e = elector(keep_on_unreachable=False)
     lead(e)
+    e.observe_peers(0.5, NOT_READY)
     seen = _fail_until_deadline(e, Unavailable(503))
     assert any(isinstance(a, BecomeFollower) for a in seen) and not e.leader
 
 
-def test_mixed_failures_do_not_hold() -> None:
+def test_unreachable_peers_are_no_evidence() -> None:
     e = elector()
     lead(e)
+    e.observe_peers(0.5, {"n2": PeerState.UNREACHABLE, "n3": PeerState.NOT_READY})
     seq: Iterator[Outcome] = iter([Unavailable(503), Unreachable("timed out")] * 10)
     seen: list[object] = []
     t = 1.0
@@ -319,6 +375,17 @@ def test_mixed_failures_do_not_hold() -> None:
         seen += acts
         t += 0.25
     assert any(isinstance(a, BecomeFollower) for a in seen) and not e.leader
+
+
+def test_a_lone_node_has_evidence_until_it_sees_another_holder() -> None:
+    e = elector()
+    lead(e)
+    e.observe_peers(0.5, {})
+    assert e.evidence(0.5) == "no peers: a lone node"
+    s = sent(e.poll(1.0, True))
+    s2 = sent(e.on_result(1.0, s.request.id, Conflict(), True))
+    e.on_result(1.0, s2.request.id, Ok(rec("5", "n3")), True)  # another node exists after all
+    assert e.evidence(1.0) is None
 
 
 def test_follower_blind_for_a_renew_deadline_counts_the_record_as_new() -> None:
@@ -333,7 +400,9 @@ def test_follower_blind_for_a_renew_deadline_counts_the_record_as_new() -> None:
     assert e.expires_at() == pytest.approx(9.0)  # not 5.0: the holder may have been holding
 
 
-def test_short_blindness_keeps_the_original_clock() -> None:
+def test_any_failed_request_restarts_the_followers_clock() -> None:
+    """Even a short blind spell: a leader may have held on evidence that included this very
+    node answering not ready, so the record counts from the next good read."""
     e = elector("n2")
     s = sent(e.poll(0.0, True))
     e.on_result(0.0, s.request.id, Ok(rec("7", "n1")), True)
@@ -341,6 +410,14 @@ def test_short_blindness_keeps_the_original_clock() -> None:
     e.on_result(1.0, s.request.id, Unavailable(503), True)
     s = sent(e.poll(2.0, True))
     e.on_result(2.0, s.request.id, Ok(rec("7", "n1")), True)
+    assert e.expires_at() == pytest.approx(7.0)
+
+
+def test_reads_that_never_fail_keep_the_original_clock() -> None:
+    e = elector("n2")
+    for t in (0.0, 1.0, 2.0):
+        s = sent(e.poll(t, True))
+        e.on_result(t, s.request.id, Ok(rec("7", "n1")), True)
     assert e.expires_at() == pytest.approx(5.0)
 
 
@@ -367,6 +444,16 @@ def test_release_clears_the_holder_and_steps_down_when_answered() -> None:
 def test_release_as_follower_sends_nothing() -> None:
     e = elector("n2")
     assert e.release(0.0, 1.0) == [] and e.released
+
+
+def test_release_as_follower_with_a_read_in_flight_is_done_at_once() -> None:
+    """Nothing pending may keep a stopped elector asking to be polled (the driver would
+    spin on a wake-up time in the past)."""
+    e = elector("n2")
+    r = sent(e.poll(0.0, True)).request
+    assert e.release(0.5, 1.0) == [] and e.released and e.pending is None
+    assert e.on_result(0.6, r.id, Ok(rec("1", "n1")), True) == []
+    assert e.poll(5.0, True) == []
 
 
 # -- three electors on a timeline ----------------------------------------------------------------
@@ -530,30 +617,34 @@ def test_every_role_change_has_its_label() -> None:
     # store-down (holding), then store-back
     e = elector()
     lead(e)
+    e.observe_peers(0.5, NOT_READY)
     seen["store-down"] = _labels(_fail_until_deadline(e, Unavailable(503)))
     s = sent(e.poll(e.wake_at, True))
     s = sent(e.on_result(e.wake_at, s.request.id, Ok(rec("1", "n1")), True))
     seen["store-back"] = _labels(e.on_result(e.wake_at, s.request.id, Ok(rec("2", "n1")), True))
-    # store-down-ended: holding, then a transport failure
+    # store-down-ended: holding, then a peer answers ready and the last round fails
     e = elector()
     lead(e)
+    e.observe_peers(0.5, NOT_READY)
     _fail_until_deadline(e, Unavailable(503))
-    s = sent(e.poll(e.wake_at, True))
+    t = e.wake_at - 0.5
+    e.observe_peers(t, {"n2": PeerState.READY})
+    s = sent(e.poll(t, True))
     seen["store-down-ended"] = _labels(
-        e.on_result(e.wake_at, s.request.id, Unreachable("connection refused"), True)
+        e.on_result(t, s.request.id, Unreachable("connection refused"), True)
     )
-    # unhealthy: holding, then local health goes
+    # foreign-claim: another node announced the VIP
     e = elector()
     lead(e)
-    _fail_until_deadline(e, Unavailable(503))
-    unhealthy = _labels(e.poll(e.wake_at - 0.5, False))
+    seen["foreign-claim"] = _labels(e.foreign_claim(0.5))
     # unhealthy: giving way to a healthy peer
     e = elector()
     lead(e)
     s = sent(e.poll(0.5, False, peer_healthy=True))
     assert s.request.purpose is Purpose.YIELD
-    unhealthy += _labels(e.on_result(0.5, s.request.id, Ok(rec("2", None, duration=1)), False))
-    seen["unhealthy"] = unhealthy
+    seen["unhealthy"] = _labels(
+        e.on_result(0.5, s.request.id, Ok(rec("2", None, duration=1)), False)
+    )
     # released
     e = elector()
     lead(e)
@@ -573,18 +664,20 @@ def test_every_role_change_has_its_label() -> None:
         "store-down": ["store-down"],
         "store-back": ["store-back"],
         "store-down-ended": ["store-down-ended"],
-        "unhealthy": ["unhealthy", "unhealthy"],
+        "foreign-claim": ["foreign-claim"],
+        "unhealthy": ["unhealthy"],
         "released": ["released", "released"],
     }
     assert set(REASON_LABELS) >= {label for labels in seen.values() for label in labels}
 
 
 def test_labels_are_the_drivers_metric_labels_and_nothing_else() -> None:
-    # The labels vipd_role_transitions_total has always had, and only those: a dashboard
-    # that counts them keeps working.
+    # The labels vipd_role_transitions_total has always had (a dashboard that counts them
+    # keeps working), and one for the one new reason: another node's announcement.
     assert set(REASON_LABELS) == {
         "created", "acquired", "store-back", "renewed", "released", "renew-deadline",
         "lost", "deleted", "unhealthy", "store-down-ended", "store-down", "other",
+        "foreign-claim",
     }  # fmt: skip
     assert len(REASON_LABELS) == len(set(REASON_LABELS))
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from vipd import log as vlog
 from vipd.log import Sparse, StructuredFormatter, event, sparse
 
 
@@ -123,3 +127,51 @@ def test_sparse_event_counts_per_key(captured: tuple[logging.Logger, Capture]) -
         'level=warning msg="advert dropped" reason=vrid count=4',
         'level=error msg="advert dropped" reason=auth count=1',
     ]
+
+
+# -- journald priorities ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("level", "prefix"),
+    [
+        (logging.CRITICAL, "<2>"),
+        (logging.ERROR, "<3>"),
+        (logging.WARNING, "<4>"),
+        (logging.INFO, "<6>"),
+        (logging.DEBUG, "<7>"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_journal_lines_start_with_the_syslog_priority(level: int, prefix: str, fmt: str) -> None:
+    rec = record("became leader", {"vrid": 51})
+    rec.levelno, rec.levelname = level, logging.getLevelName(level)
+    line = StructuredFormatter(fmt, journal=True).format(rec)
+    assert line.startswith(prefix) and "\n" not in line
+    plain = StructuredFormatter(fmt).format(rec)
+    assert line == prefix + plain and not plain.startswith("<")
+
+
+def test_journal_stream_must_name_this_very_file(tmp_path: Path) -> None:
+    st = os.stat(tmp_path)
+    assert vlog.is_journal({"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}, st.st_dev, st.st_ino)
+    # stderr redirected to a file by hand keeps the inherited variable: no prefixes then.
+    assert not vlog.is_journal({"JOURNAL_STREAM": f"{st.st_dev}:1"}, st.st_dev, st.st_ino)
+    assert not vlog.is_journal({}, st.st_dev, st.st_ino)
+    assert not vlog.is_journal({"JOURNAL_STREAM": "garbage"}, st.st_dev, st.st_ino)
+
+
+def test_setup_prefixes_only_when_stderr_is_the_journal(tmp_path: Path) -> None:
+    code = (
+        "import logging, sys\nfrom vipd import log\n"
+        "log.setup().warning('peer misconfigured', extra={'fields': {'vrid': 51}})\n"
+    )
+    err = tmp_path / "stderr"
+    with err.open("wb") as f:
+        st = os.fstat(f.fileno())
+        for stream, expect in ((f"{st.st_dev}:{st.st_ino}", "<4>"), ("1:2", "ts=")):
+            f.seek(0)
+            f.truncate()
+            env = {**os.environ, "JOURNAL_STREAM": stream}
+            subprocess.run([sys.executable, "-c", code], stderr=f, env=env, check=True)
+            assert err.read_text().startswith(expect), (stream, err.read_text())

@@ -32,6 +32,7 @@ RULES = MONITORING / "vipd-rules.yaml"
 OPERATOR_RULES = MONITORING / "vipd-prometheusrule.yaml"
 DASHBOARD = MONITORING / "vipd-dashboard.json"
 RULE_TESTS = ROOT / "tests" / "monitoring" / "vipd-rules.test.yaml"
+RUNBOOK = ROOT / "docs" / "operations" / "alerts.md"
 
 # Series Prometheus makes itself for every target.
 SYNTHETIC = {"up"}
@@ -188,11 +189,66 @@ def test_the_issue_alerts_are_there() -> None:
     } <= alerts
 
 
-def test_every_alert_has_severity_summary_and_description() -> None:
+def test_every_alert_has_severity_summary_description_and_runbook() -> None:
     for rule in rule_list():
         assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
-        assert set(rule["annotations"]) == {"summary", "description"}, rule["alert"]
+        assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, rule
         assert rule["alert"].startswith("Vipd")
+
+
+def runbook_sections() -> dict[str, str]:
+    """docs/operations/alerts.md's "## Name" sections by their anchor (GitHub's: lower case)."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in RUNBOOK.read_text().splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            sections[current.lower()] = ""
+        elif current is not None:
+            sections[current.lower()] += line + "\n"
+    return sections
+
+
+def test_every_runbook_url_points_at_a_section_that_says_what_to_check_and_do() -> None:
+    sections = runbook_sections()
+    alerts = {r["alert"] for r in rule_list()}
+    for rule in rule_list():
+        base, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert base.endswith("/docs/operations/alerts.md"), base
+        assert anchor == rule["alert"].lower(), rule["annotations"]["runbook_url"]
+        text = sections.get(anchor, "")
+        assert "Check" in text and "Do:" in text, f"{rule['alert']}: no runbook section"
+        severity = rule["labels"]["severity"].capitalize()
+        assert text.lstrip().startswith(f"**{severity}.**"), rule["alert"]
+    # One base for every alert, and no section for an alert that no longer exists.
+    assert len({r["annotations"]["runbook_url"].partition("#")[0] for r in rule_list()}) == 1
+    assert set(sections) == {a.lower() for a in alerts}
+
+
+def test_an_all_down_alert_fires_on_absence_at_critical() -> None:
+    (rule,) = [r for r in rule_list() if r["alert"] == "VipdAllDown"]
+    assert re.match(r"absent(_over_time)?\(", rule["expr"]), rule["expr"]
+    assert rule["labels"]["severity"] == "critical"
+    # What it watches is exported by every vipd, whatever its role or backend.
+    (name,) = metric_names(rule["expr"])
+    fam = next(f for f in metrics.REGISTRY.collect() if f.name == name)
+    assert [s.value for s in fam.samples] == [1.0]
+
+
+def test_scrape_job_matcher_works_for_static_scrapes_and_the_operator() -> None:
+    """No hard-coded job="vipd": `up` is matched by a regex that accepts the static job and
+    the ServiceMonitor's ("vipd") and the PodMonitor's ("<namespace>/vipd")."""
+    matchers = set()
+    for rule in rule_list():
+        if "up" in metric_names(rule["expr"]):
+            found = re.findall(r'\bup\{job=~"([^"]+)"\}', rule["expr"])
+            assert found, f"{rule['alert']}: up without the job regex: {rule['expr']}"
+            matchers |= set(found)
+    (regex,) = matchers
+    for job in ("vipd", "kube-system/vipd", "monitoring/vipd"):
+        assert re.fullmatch(regex, job), job  # Prometheus anchors =~ at both ends
+    for job in ("node", "vipd-exporter", "kube-system/vipd-old"):
+        assert not re.fullmatch(regex, job), job
 
 
 def test_prometheusrule_has_the_same_groups() -> None:
@@ -236,6 +292,65 @@ def test_dashboard_expression_uses_only_exported_metrics(expr: str) -> None:
     assert names, expr
     unknown = names - exported_series() - SYNTHETIC
     assert not unknown, f"{expr!r} uses {unknown}, which vipd does not export"
+
+
+def dashboard_panels() -> list[dict[str, Any]]:
+    return [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["type"] != "row"]
+
+
+def test_every_panel_honours_the_vip_variable() -> None:
+    for panel in dashboard_panels():
+        for target in panel["targets"]:
+            assert '{vip=~"$vip"}' in target["expr"], (panel["title"], target["expr"])
+
+
+def unit_class(expr: str) -> str:
+    """What an expression's values are measured in, from its shape and metric names."""
+    names = metric_names(expr)
+    if "histogram_quantile" in expr or any(n.endswith("_seconds_sum") for n in names):
+        return "seconds"
+    if "rate(" in expr and "increase(" not in expr:
+        return "cores" if any(n.endswith("_seconds_total") for n in names) else "per-second"
+    if "increase(" in expr:
+        return "count"
+    if any(n.endswith("_seconds") for n in names):
+        return "seconds"
+    if any(n.endswith("_bytes") for n in names):
+        return "bytes"
+    return "value"
+
+
+UNITS = {
+    "seconds": {"s"},
+    "per-second": {"pps", "ops"},
+    "cores": {"short"},
+    "count": {"short"},
+    "bytes": {"bytes"},
+    "value": {"short"},
+}
+
+
+def test_unit_classes_tell_apart_what_one_axis_must_not_mix() -> None:
+    cpu = "rate(process_cpu_seconds_total[5m])"
+    assert unit_class(cpu) != unit_class("process_resident_memory_bytes")
+    assert unit_class("vipd_vip_duplicate_claim") != unit_class(
+        "increase(vipd_vip_duplicate_claims_total[5m])"
+    )
+    assert unit_class(cpu) != unit_class("rate(vipd_vrrp_adverts_sent_total[5m])")
+
+
+def test_no_panel_mixes_units_on_one_axis() -> None:
+    for panel in dashboard_panels():
+        if panel["type"] != "timeseries":
+            continue
+        classes = {unit_class(t["expr"]) for t in panel["targets"]}
+        assert len(classes) == 1, f"{panel['title']} mixes {classes}"
+        (cls,) = classes
+        unit = panel["fieldConfig"]["defaults"].get("unit")
+        assert unit in UNITS[cls], f"{panel['title']}: unit {unit} for {cls}"
+        for override in panel["fieldConfig"].get("overrides", []):
+            props = {p["id"] for p in override.get("properties", [])}
+            assert not props & {"unit", "custom.axisPlacement"}, panel["title"]
 
 
 def test_dashboard_shows_the_core_metrics() -> None:

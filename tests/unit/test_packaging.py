@@ -120,3 +120,28 @@ def test_containerfile_defaults_to_the_official_slim_image_and_runs_vipd() -> No
     assert re.search(r"^ARG BASE=docker\.io/library/python:3\.\d+-slim", text, re.M)
     assert text.count("FROM ${BASE}") == 2  # multi-stage, both on the same base
     assert 'ENTRYPOINT ["vipd"]' in text
+
+
+def test_unit_has_a_watchdog_the_heartbeat_can_feed() -> None:
+    from vipd.endpoint import server as httpd
+    from vipd.host import sdnotify
+
+    d = directives(UNIT.read_text())
+    (watchdog,) = d["WatchdogSec"]
+    period = float(re.fullmatch(r"(\d+)s", watchdog).group(1))  # type: ignore[union-attr]
+    # Pings go out every half period, from a heartbeat every HEARTBEAT_INTERVAL: several beats
+    # per period, and more slack than the /healthz limit, so a loaded node is not killed.
+    assert period / 2 >= 4 * httpd.HEARTBEAT_INTERVAL and period > 2 * httpd.HEALTHZ_MAX_AGE
+    dog = sdnotify.Watchdog.from_env({"WATCHDOG_USEC": str(int(period * 1e6))}, pid=1)
+    assert dog.period == period
+    # A blocked loop gets SIGTERM (the ordered release if it recovers), then SIGKILL.
+    assert d["WatchdogSignal"] == ["SIGTERM"]
+    assert "TimeoutAbortSec" in d
+
+
+def test_unit_says_how_vipd_is_really_installed() -> None:
+    text = UNIT.read_text()
+    assert "pip install vipd\n" not in text and "pip install vipd)" not in text
+    assert re.search(r"pip install -c constraints\.txt vipd-[\d.]+-py3-none-any\.whl", text)
+    # SIGHUP reloads (vipd.agent, docs/reference/cli.md#signals): systemctl reload sends it.
+    assert directives(text)["ExecReload"] == ["/bin/kill -HUP $MAINPID"]

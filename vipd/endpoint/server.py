@@ -40,6 +40,7 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 
 from vipd import metrics
+from vipd.host import sdnotify
 
 EXIT_LISTEN = 3
 # The loop beats this often; /healthz fails when the last beat is older than HEALTHZ_MAX_AGE.
@@ -111,13 +112,17 @@ class Endpoint:
 
     async def heartbeat(self, on_beat: Callable[[float], None] | None = None) -> None:
         """Beat every HEARTBEAT_INTERVAL until cancelled, measuring how late the loop woke
-        us (vipd_event_loop_lag_seconds); ``on_beat(now)`` republishes the status."""
+        us (vipd_event_loop_lag_seconds); ``on_beat(now)`` republishes the status. Under a
+        unit with ``WatchdogSec=`` each beat also feeds systemd's watchdog: the loop that
+        stops beating (and fails /healthz) is the one systemd restarts."""
+        watchdog = sdnotify.Watchdog.from_env()
         while True:
             asked = time.monotonic() + HEARTBEAT_INTERVAL
             await asyncio.sleep(HEARTBEAT_INTERVAL)
             now = time.monotonic()
             metrics.LOOP_LAG.observe(max(0.0, now - asked))
             self.beat(now)
+            watchdog.ping(now)
             if on_beat is not None:
                 on_beat(now)
 

@@ -56,14 +56,14 @@ from vipd.lab.daemons import (
 from vipd.lab.faults import FAULTS, FaultName, NodeRig, inject, restore
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
-from vipd.lab.topology import CLIENT4, CLIENT6, Lab, LabError, cleanup, netns_list, vip_for
+from vipd.lab.topology import Lab, LabError, cleanup, netns_list, vip_for
 from vipd.lease.logic import validate_timing
 
 STABLE_SPAN = 0.2  # seconds of uninterrupted answers from one node that count as "serving"
 MIN_WAIT = 3.0  # floor for the 10 × Master_Down_Interval bound
 START_GRACE = 5.0  # extra time a (re)started daemon gets to come up
 PRE_FAULT = 0.5  # how far before a fault the analysis looks for the last success
-LEASE_PORT = 16443  # the Lease API emulator, in the client namespace
+KUBE_BUILD = "scripts/setup-kube"  # builds the real components the Lease lab runs on
 
 
 class Interrupted(KeyboardInterrupt):
@@ -111,9 +111,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--health",
         action="store_true",
-        help="vipd checks each node's stand-in API server (HTTPS /readyz on port 6444, "
-        "every 0.2 s, rise 2, fall 2) and gates its priority on it (Lease: also its "
-        "peers', and gives the Lease to a healthy one)",
+        help="VRRP: vipd checks each node's stand-in API server (HTTPS /readyz on port "
+        "6444, every 0.2 s, rise 2, fall 2) and gates its priority on it (with --election "
+        "lease it always checks the real kube-apiservers' /readyz, its own and its peers', "
+        "and gives the Lease to a healthy one)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="fault rounds (default 3)")
     parser.add_argument(
@@ -148,8 +149,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--election",
         choices=("vrrp", "lease"),
         default="vrrp",
-        help="vrrp, or lease: a Kubernetes Lease on the Lease API emulator "
-        "(vipd.lab.fakes.lease_emulator, in the client namespace) (default vrrp)",
+        help="vrrp, or lease: a Kubernetes Lease on a real control plane in the lab "
+        "(kube-apiserver and a 3-member etcd per node, vipd.lab.kubebed; needs the binaries "
+        f"that {KUBE_BUILD} builds) (default vrrp)",
     )
     parser.add_argument(
         "--lease-timing",
@@ -213,8 +215,10 @@ class Options:
             problem = validate_timing(d, r, p)
             if problem or d != int(d):
                 raise ValueError(f"--lease-timing: {problem or 'the duration is whole seconds'}")
-            host = CLIENT4 if self.family == 4 else f"[{CLIENT6}]"
-            lease = LeaseSpec(f"https://{host}:{LEASE_PORT}", int(d), r, p)
+            if self.family != 4 or self.nodes != 3:
+                raise ValueError("--election lease runs on the 3-node IPv4 Kubernetes bed")
+            # Each node's vipd talks to its own kube-apiserver (the bed writes its config).
+            lease = LeaseSpec("https://127.0.0.1:6443", int(d), r, p)
         return VrrpSpec(
             vip=vip_for(4 if self.family == 4 else 6),
             advert_interval=interval,
@@ -370,6 +374,12 @@ class _Session:
             # No priorities: whoever acquires leads, and a restored node does not preempt.
             self.bound = 2 * (spec.lease.duration + spec.lease.retry_period) + MIN_WAIT
 
+    def inject(self, rig: NodeRig, fault: FaultName) -> None:
+        inject(self.lab, rig, fault)
+
+    def restore(self, rig: NodeRig) -> None:
+        restore(self.lab, rig)
+
     def top(self, among: list[str] | None = None) -> str | None:
         """The node that should hold the VIP; None in Lease mode (any one node)."""
         return None if self.spec.lease is not None else self.fleet.top(among)
@@ -444,7 +454,7 @@ class _Session:
         # the rounds would sample one point of the outage distribution instead of its range.
         time.sleep(random.uniform(0, self.spec.advert_interval))
         rnd.t_fault = time.monotonic()
-        inject(self.lab, rig, self.opts.fault)
+        self.inject(rig, self.opts.fault)
         _log(f"round {number}: {self.opts.fault} {leader}")
 
         seen: dict[str, float] = {}  # node → when the lab first saw it alone with the VIP
@@ -482,7 +492,7 @@ class _Session:
             _log(f"round {number}: FAILED to recover: {rnd.error}")
 
         rnd.t_restore = time.monotonic()
-        restore(self.lab, rig)
+        self.restore(rig)
         top = self.top()
         t_restore = rnd.t_restore
         rnd.reconverged = self.wait_for(
@@ -521,34 +531,96 @@ class _Session:
                 )
 
 
-def _start_emulator(lab: Lab, spec: VrrpSpec) -> Any:
-    """The Lease API emulator in the client namespace, one token and kubeconfig per node."""
-    from vipd.lab.fakes.lease_emulator import Emulator, serve_in_netns
+class _KubeSession(_Session):
+    """A Lease lab on the real control plane (``vipd.lab.kubebed.KubeBed``): its vipd, its
+    responders and the prober on the responders' port, so the client sees who answers.
 
-    host = CLIENT4 if spec.family == 4 else CLIENT6
-    emu = Emulator(lab.workdir, [n.name for n in lab.nodes], host=host, port=LEASE_PORT)
-    for n in lab.nodes:
-        emu.kubeconfig(n.name)
-    serve_in_netns(emu, lab.client_ns)
-    _log(f"Lease API emulator (not a real API server) on {emu.url} in {lab.client_ns}")
-    return emu
+    Node death also kills the node's etcd member and kube-apiserver, and restoring a node
+    starts them again; ``apidown`` kills the node's kube-apiserver itself.
+    """
+
+    def __init__(self, bed: Any, opts: Options, spec: VrrpSpec) -> None:
+        from vipd.lab.kubebed.bed import WHO_PORT
+
+        self.bed = bed
+        self.lab = bed.lab
+        self.opts = opts
+        self.spec = spec
+        self.vip = spec.vip
+        self.fleet = Fleet("vipd", spec, {n: p.vipd for n, p in bed.procs.items()})
+        self.rigs = {
+            n.name: NodeRig(n, bed.procs[n.name].vipd, bed.procs[n.name].responder)
+            for n in bed.nodes
+        }
+        self.prober = Prober(
+            self.lab, self.vip, WHO_PORT, interval=opts.probe_interval, timeout=opts.probe_timeout
+        )
+        assert spec.lease is not None
+        self.bound = 2 * (spec.lease.duration + spec.lease.retry_period) + MIN_WAIT
+
+    def inject(self, rig: NodeRig, fault: FaultName) -> None:
+        if fault == "apidown":
+            self.bed.procs[rig.node.name].apiserver.kill()
+            rig.fault = "apidown"
+            return
+        inject(self.lab, rig, fault)
+
+    def restore(self, rig: NodeRig) -> None:
+        from vipd.lab.kubebed.bed import READY_TIMEOUT
+
+        name = rig.node.name
+        if rig.fault in ("kill", "apidown"):
+            self.lab.set_link(rig.node, True)
+            procs = self.bed.procs[name]
+            procs.etcd.start()
+            procs.apiserver.start()
+            self.bed.wait_ready([name], READY_TIMEOUT)
+        restore(self.lab, rig)
+
+
+def _start_bed(opts: Options, spec: VrrpSpec) -> Any:
+    """The Kubernetes bed, control plane up, vipd not yet started (the session does)."""
+    from vipd.lab.kubebed.bed import KubeBed, Timing
+
+    assert spec.lease is not None
+    timing = Timing(spec.lease.duration, spec.lease.renew_deadline, spec.lease.retry_period)
+    bed = KubeBed(
+        timing=timing,
+        prefix=opts.prefix,
+        keep_workdir=opts.keep,
+        start_vipd=False,
+        start_prober=False,
+    )
+    try:
+        bed.start()
+    except BaseException:
+        bed.teardown()
+        raise
+    _log(
+        f"Lease on {bed.apiserver_version} with {bed.etcd_version} (stacked: one member and "
+        f"one API server per node, vipd on each talking to its own) in {bed.startup_s:.1f} s"
+    )
+    return bed
 
 
 def execute(opts: Options) -> dict[str, Any]:
     """Run the lab and return the report (raises LabError if the lab cannot even start)."""
     spec = opts.spec()
+    bed: Any = None
     lab = Lab(nodes=opts.nodes, prefix=opts.prefix, keep_workdir=opts.keep)
     rounds: list[Round] = []
     session: _Session | None = None
-    emulator: Any = None
     keep = opts.keep  # also after a failure: that is when one most wants to look inside
     failed = True  # until proven otherwise: a failed run keeps its logs for the post-mortem
     try:
         with _signals_raise():
-            lab.build()
             if spec.lease is not None:
-                emulator = _start_emulator(lab, spec)
-            session = _Session(lab, opts, spec)
+                bed = _start_bed(opts, spec)
+                lab = bed.lab
+                session = _KubeSession(bed, opts, spec)
+            else:
+                lab.build()
+                session = _Session(lab, opts, spec)
             election = (
                 f"Lease {opts.lease_timing} s"
                 if spec.lease is not None
@@ -576,24 +648,22 @@ def execute(opts: Options) -> dict[str, Any]:
         with _signals_ignored():
             if session is not None:
                 session.prober.stop()
-            if emulator is not None and not keep:
-                emulator.stop()
             if keep:
                 _print_keep(lab)
-                if emulator is not None:
-                    _log(
-                        "note: the Lease API emulator ran inside this lab process and stopped "
-                        "with it; the kept vipd nodes now fail to reach it"
-                    )
             else:
                 lab.keep_workdir = lab.keep_workdir or failed
-                lab.teardown()
+                if bed is not None:
+                    bed.teardown()
+                else:
+                    lab.teardown()
                 if failed:
                     _log(f"logs kept in {lab.workdir}")
-    return _report(opts, spec, lab, rounds)
+    return _report(opts, spec, lab, rounds, bed.apiserver_version if bed is not None else None)
 
 
-def _report(opts: Options, spec: VrrpSpec, lab: Lab, rounds: list[Round]) -> dict[str, Any]:
+def _report(
+    opts: Options, spec: VrrpSpec, lab: Lab, rounds: list[Round], apiserver: str | None = None
+) -> dict[str, Any]:
     outages = [
         r.failover.outage
         for r in rounds
@@ -625,6 +695,8 @@ def _report(opts: Options, spec: VrrpSpec, lab: Lab, rounds: list[Round]) -> dic
             "fault": opts.fault,
             "election": opts.election,
             "lease_timing": opts.lease_timing if opts.election == "lease" else None,
+            # The Lease's API server: the real one the bed runs (None in VRRP mode).
+            "apiserver": apiserver,
             "rounds": opts.rounds,
             "probe_interval": opts.probe_interval,
             "probe_timeout": opts.probe_timeout,
@@ -697,7 +769,7 @@ def render_table(report: dict[str, Any]) -> str:
     lab = report["lab"]
     lines.append("")
     election = (
-        f"Lease {lab['lease_timing']} s"
+        f"Lease {lab['lease_timing']} s on {lab.get('apiserver') or '?'}"
         if lab.get("election") == "lease"
         else f"VRRPv{lab['version']} {'unicast' if lab['unicast'] else 'multicast'}, advert "
         f"{lab['advert_interval']:g} s"
@@ -772,6 +844,19 @@ def run(args: argparse.Namespace) -> int:
     if why is not None:
         print(f"vipd lab: cannot run here: {why}", file=sys.stderr)
         return 2
+    if opts.election == "lease":
+        from vipd.lab.kubebed import binaries
+
+        try:
+            found = binaries.find()
+        except binaries.Missing as exc:
+            print(
+                f"vipd lab: --election lease runs on a real kube-apiserver and etcd: {exc}.\n"
+                f"Build them once (as root, a few minutes): {KUBE_BUILD}",
+                file=sys.stderr,
+            )
+            return 2
+        _log(f"Kubernetes binaries from {found}")
     try:
         report = execute(opts)
     except Interrupted as exc:

@@ -33,30 +33,46 @@ What it is
       its observation, so a dead leader is replaced ``lease_duration`` after the last renewal
       this node saw plus one round trip, not up to one more retry period later.
 
-    The unreachable-store rule (the issue's point 4; README "When the API server's store is
-    down")
-        kube-vip users lose the control-plane endpoint when etcd is slow or down: every
-        renewal fails, the leader steps down, nobody can acquire, and the only way to reach
-        the API is gone exactly when operators need it (kube-vip #748, #1236, #453). So: when
-        the renew deadline passes and **every** failure since the last successful renewal was
-        the API server answering that its store cannot serve (HTTP 5xx or 429), **and** the
-        local API server is healthy, **and** ``keep_on_unreachable`` is on, the leader keeps
-        the VIP (role `Role.HOLDING`) and keeps trying every retry period. It gives the VIP up
-        at once when (a) a read succeeds and shows another holder, (b) local health turns bad,
-        (c) a failure of another kind happens (a timeout, refused connection or TLS failure:
-        this node's path to the store is broken, which is a partition of *this* node, not a
-        store outage; or 401/403/4xx: the store answers but refuses us). A renewal that
-        succeeds makes it an ordinary leader again.
+    The unreachable-store rule (docs/design/lease-unreachable.md has the argument and the
+    bounds per fault)
+        kube-vip users lose the control-plane endpoint when etcd is down: every renewal fails, the
+        leader steps down, nobody can acquire (kube-vip#748, kube-vip#1236, kube-vip#453). But a
+        failing call proves only that *this* node cannot write: with kubeadm's stacked etcd each API
+        server talks to its own member, and one member cut off from the quorum, or one API server's
+        Priority and Fairness (429), fails one node only. So the rule is client-go's — step down at
+        the renew deadline — **unless this node has positive evidence that nobody else can lead**
+        (and ``keep_on_unreachable`` is on):
 
-        The other side: a follower that could not read the Lease for a renew deadline or
-        more cannot know whether the holder renewed in the meantime (the holder may have
-        been this rule's leader), so when it can read again it counts the record as observed
-        *now* (a full ``lease_duration`` before it may take over). A leader that kept
-        the VIP through an outage therefore has ``lease_duration`` after the store comes back
-        to renew before anyone may steal the Lease, and never races a peer for it.
+        - **Peers** (`observe_peers`, from the driver's checks of the other API servers'
+          etcd readiness): every known peer *answered* not ready (it cannot reach the store,
+          so its vipd cannot write the Lease either), or there are no peers at all and no
+          other holder was ever seen in the Lease (a lone node). A peer that does not answer
+          proves nothing (a partitioned leader sees exactly that). Then the leader keeps the
+          VIP (`Role.HOLDING`, `Hold`), reads first every retry period, and gives it up when
+          a read shows another holder, or when the evidence ends: then one last round at
+          once, and a step-down if it fails or ``duration - renew_deadline`` passes without
+          a renewal (the peer that turned ready could not read the Lease either, so it needs
+          a whole duration from its first good read).
+        - **The store itself** (`classify`, `StoreRefused`): etcd's NOSPACE alarm answers
+          every write of every member alike, reads still work. A follower whose expiry falls
+          just after the writes return would take the Lease without ever meeting a refusal,
+          before our next round renews; so on refusals the leader steps down at the deadline
+          like client-go, and takes the VIP back (holding) once every follower's expiry has
+          passed with our record unchanged and writes still refused. A follower that takes
+          the Lease from another holder after one of its own requests failed (nobody having
+          written since) binds the VIP only after the old holder's next read could have seen
+          it (`bind_at`): its failure may have pushed its expiry past that wait. A 429 is
+          never store-wide.
+        - **The wire** (`foreign_claim`): another MAC announcing the VIP means someone else
+          believes it holds it: yield at once, never defend.
 
-    Local health gives way to a healthy peer (issue 3 item 2; README "Lease election", "When
-    the local API server is unhealthy")
+        The other side: a follower any of whose requests failed since its last good read (a
+        read, or a refused write) counts the record as observed at its next good read, a
+        full ``lease_duration`` before it may take over: the holder may have renewed out of
+        its sight, or kept the VIP on evidence that this very follower was not ready.
+
+    Local health gives way to a healthy peer (docs/design/lease.md, "When the local API
+    server is unhealthy")
         ``poll``/``on_result`` take ``healthy`` (the local API server, after ``fall``) and
         ``peer_healthy`` (at least one *other* control-plane node's API server is healthy, as
         this node's checker sees it; the driver computes it from ``health.peers``). Then:
@@ -74,23 +90,30 @@ What it is
           it gives way once per unhealthy spell, never flaps.
         - **Without a healthy peer nothing changes**: a lone node, or one whose peers are all
           down too, acquires and keeps the Lease with an unhealthy API server (``kubeadm
-          init`` needs the VIP before the first API server is up).
-        - With the unreachable-store rule: a leader kept there (`Role.HOLDING`) already steps
-          down when its local health turns bad; giving way needs a successful write, so in a
-          store outage the release fails like a renewal and the renew-deadline rules apply.
+          init`` needs the VIP before the first API server is up). A peer entry that is this
+          node (its ``identity`` or one of ``self_addresses``) is never a peer; when the
+          driver reports the peers (`observe_peers`), "a healthy peer" also needs one of
+          them to answer ready, so a node never gives way to itself.
+        - With the unreachable-store rule: giving way needs a successful write, so in a
+          store outage the release fails like a renewal and the renew-deadline rules apply;
+          a holding leader's own health does not matter (the evidence is that nobody else
+          can do better).
 
 What it must not do
     No I/O, no clock, no randomness: ``now`` (seconds on a monotonic clock), outcomes, local
-    health and the jitter are passed in, and it returns `Send` requests and role changes for
-    the driver (``vipd.lease.driver``) to carry out. It never reads the remote timestamps for
-    a decision (they are written for humans and other tools, stamped by the driver). One
-    request is in flight at a time; a request the driver abandons (its deadline passed) is
-    reported as `Unreachable` and a late answer to it is ignored.
+    health, the peers' states, the wire's claims and the jitter are passed in, and it returns
+    `Send` requests and role changes for the driver (``vipd.lease.driver``) to carry out. It
+    never reads the remote timestamps for a decision (they are written for humans and other
+    tools, stamped by the driver). One request is in flight at a time; a request the driver
+    abandons (its deadline passed) is reported as `Unreachable` and a late answer to it is
+    ignored.
 """
 
 from __future__ import annotations
 
 import enum
+import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -145,6 +168,9 @@ class Params:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     keep_on_unreachable: bool = True
+    # This node's own addresses (and any other name it may be listed under): a peer entry
+    # equal to one of them, or to ``identity``, is this node and never counts as a peer.
+    self_addresses: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         problem = validate_timing(self.duration, self.renew_deadline, self.retry_period)
@@ -208,6 +234,12 @@ class Request:
     stamp_acquire: bool = False
     acquire_time: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.verb is Verb.UPDATE and not self.resource_version:
+            # The Lease strategy answers 422 to an update without one; and without one an
+            # update would overwrite whatever another node wrote since our read.
+            raise ValueError(f"an update ({self.purpose.value}) needs the resourceVersion read")
+
 
 # -- outcomes ---------------------------------------------------------------------------------
 
@@ -250,11 +282,44 @@ class Rejected:
     detail: str = ""
 
 
-Outcome = Ok | NotFound | Conflict | Unavailable | Unreachable | Rejected
+@dataclass(frozen=True, slots=True)
+class StoreRefused:
+    """The store refuses every write for every member alike: etcd's NOSPACE alarm."""
+
+    status: int
+    detail: str = ""
+
+
+Outcome = Ok | NotFound | Conflict | Unavailable | Unreachable | Rejected | StoreRefused
+
+# etcd's NOSPACE alarm as the API server passes it on in a 500: the quota check's error
+# (``rpctypes.ErrGRPCNoSpace``, server/etcdserver/api/v3rpc/quota.go) and, once the alarm is
+# raised through raft, the capped applier's (``errors.ErrNoSpace``). A 429 never is.
+NOSPACE_MESSAGES = ("mvcc: database space exceeded", "etcdserver: no space")
+
+
+def classify(status: int, message: str = "") -> Outcome:
+    """The outcome of an HTTP error answer (``status`` 0: no answer at all)."""
+    if status == 0:
+        return Unreachable(message)
+    if status == 404:
+        return NotFound()
+    if status == 409:
+        return Conflict()
+    if status == 429:
+        # This API server's own Priority and Fairness: says nothing about the store.
+        return Unavailable(status, message)
+    if status >= 500:
+        if any(m in message for m in NOSPACE_MESSAGES):
+            return StoreRefused(status, message)
+        return Unavailable(status, message)
+    return Rejected(status, message)
 
 
 def outcome_kind(outcome: Outcome) -> str:
     """A short stable label (for logs and metrics)."""
+    if isinstance(outcome, StoreRefused):
+        return "store-refused"
     if isinstance(outcome, Unavailable | Rejected):
         return f"http-{outcome.status}"
     return {
@@ -288,6 +353,7 @@ REASON_LABELS: tuple[str, ...] = (
     "unhealthy",  # follower: local API server unhealthy (gave way, or stopped holding)
     "store-down-ended",  # follower: holding through a store outage ended by another failure
     "store-down",  # holding: past the renew deadline, kept by the unreachable-store rule
+    "foreign-claim",  # follower: another node announced the VIP on the wire
     "other",
 )
 
@@ -333,6 +399,14 @@ class Hold:
 Action = Send | BecomeLeader | BecomeFollower | Hold
 
 
+class PeerState(enum.Enum):
+    """What this node's checker last got from one peer's API server ``/readyz``."""
+
+    READY = "ready"
+    NOT_READY = "not-ready"
+    UNREACHABLE = "unreachable"
+
+
 class Role(enum.Enum):
     FOLLOWER = "follower"
     LEADER = "leader"
@@ -346,9 +420,18 @@ class _Pending:
     abandon_at: float
 
 
+def _same_node(key: str) -> str:
+    """A peer key as compared with this node's own names: addresses in canonical form."""
+    try:
+        return str(ipaddress.ip_address(key.strip("[]")))
+    except ValueError:
+        return key
+
+
 @dataclass
 class Elector:
-    """One node's Lease election. Drive it with `poll`, `on_result` and `release`."""
+    """One node's Lease election. Drive it with `poll`, `on_result`, `observe_peers`,
+    `foreign_claim` and `release`."""
 
     params: Params
     role: Role = Role.FOLLOWER
@@ -359,7 +442,10 @@ class Elector:
     # failure kinds since the last successful renewal (leader) or read (follower)
     failures: list[str] = field(default_factory=list)
     last_read_ok: float | None = None  # a follower's last successful read
-    lost_sight: bool = False  # a follower was blind (reads failing) for >= renew_deadline
+    # A follower had a request fail since its last good read: whatever happened meanwhile
+    # (a renewal it could not see, a leader holding on evidence), its next good read counts
+    # as a first sighting.
+    lost_sight: bool = False
     pending: _Pending | None = None
     releasing: bool = False
     released: bool = False
@@ -373,13 +459,34 @@ class Elector:
     takeable_since: float | None = None
     keep_unhealthy: bool = False
     stats_yields: int = 0
+    # The unreachable-store rule's evidence (see the module docstring).
+    peers: dict[str, PeerState] | None = None  # None: nothing known about the others
+    others_seen: bool = False  # a record held by another identity was seen: not alone
+    store_refused_at: float | None = None  # read ok, then the write refused store-wide
+    # A follower's request failed (a read, or a write refused), and nobody has written the
+    # Lease since: the holder may be holding on evidence, or reclaimed on refusals with this
+    # follower's expiry pushed past its wait by the failure.
+    failed_since_change: float | None = None
+    bind_at: float | None = None  # acquired, the VIP is bound from then (see _took)
+    stats_holds: int = 0
+    stats_foreign_claims: int = 0
+    _read_first: bool = False  # a leader whose renewal was refused reads before it writes
+    _round_read_ok: bool = False  # this round's read showed the Lease still ours
+    _bind_reason: str = ""
+    _last_chance_until: float | None = None  # holding, evidence gone: renew by then
+    _last_chance_from: float = 0.0
+    _reclaim_rv: str | None = None  # stepped down on store-wide refusals: our last record
+    _reclaim_at: float = 0.0
+    _last_renew_ok: float | None = None  # when our last successful write was answered
+    _now: float = float("-inf")  # the latest ``now`` an entry point was given
+    _hold_on: str = ""  # what the hold began on: "peers" or "store"
 
     # -- queries -------------------------------------------------------------------------
 
     @property
     def leader(self) -> bool:
         """What the controller is told: the VIP belongs here (leading or holding)."""
-        return self.role is not Role.FOLLOWER
+        return self.role is not Role.FOLLOWER and self.bind_at is None
 
     @property
     def renew_deadline_at(self) -> float | None:
@@ -402,6 +509,26 @@ class Elector:
         exp = self.expires_at()
         return rec.holder if exp is not None and now < exp else None
 
+    def evidence(self, now: float) -> str | None:
+        """Why nobody else can lead right now (the unreachable-store rule), or None."""
+        return self._peer_evidence() or self._store_evidence(now)
+
+    def _peer_evidence(self) -> str | None:
+        peers = self.peers
+        if not self.params.keep_on_unreachable or peers is None:
+            return None
+        if not peers:
+            return None if self.others_seen else "no peers: a lone node"
+        if all(s is PeerState.NOT_READY for s in peers.values()):
+            return f"every peer's API server answers not ready ({', '.join(sorted(peers))})"
+        return None
+
+    def _store_evidence(self, now: float) -> str | None:
+        at = self.store_refused_at
+        if not self.params.keep_on_unreachable or at is None or now - at > self._store_fresh():
+            return None
+        return "the store refuses every write for every member (etcd NOSPACE alarm)"
+
     # -- the driver's entry points -------------------------------------------------------
 
     def poll(
@@ -410,13 +537,17 @@ class Elector:
         """Call at start, at ``wake_at`` and whenever health changes. ``jitter`` in [0, 1).
         ``peer_healthy``: another node's API server is healthy (see the module docstring)."""
         actions: list[Action] = []
+        self._now = now
         self._jitter = min(max(jitter, 0.0), 0.999)
         if self.released:
             return actions
         self._health(healthy)
+        peer_healthy = self._peer_ok(peer_healthy)
+        actions += self._check_bind(now)
+        actions += self._check_holding(now)
         if self.pending is not None:
             if now < self.pending.abandon_at:
-                actions += self._check_deadline(now, healthy)
+                actions += self._check_deadline(now)
                 self._wake(min(self.pending.abandon_at, self._deadline_or(now, self.pending)))
                 return actions
             # The driver gave up waiting: the answer, if it ever comes, is ignored.
@@ -424,11 +555,7 @@ class Elector:
                 now, self.pending.request, Unreachable("abandoned"), healthy, peer_healthy
             )
             return actions
-        actions += self._check_deadline(now, healthy)
-        if self.role is Role.HOLDING and not healthy:
-            actions += self._step_down(
-                now, "local API server unhealthy while holding the VIP", "unhealthy"
-            )
+        actions += self._check_deadline(now)
         if (
             self.role is Role.LEADER
             and not healthy
@@ -453,8 +580,36 @@ class Elector:
         p = self.pending
         if p is None or p.request.id != request_id:
             return []
+        self._now = now
         self._health(healthy)
-        return self._result(now, p.request, outcome, healthy, peer_healthy)
+        return self._result(now, p.request, outcome, healthy, self._peer_ok(peer_healthy))
+
+    def observe_peers(self, now: float, peers: Mapping[str, PeerState]) -> list[Action]:
+        """The peers' API servers as this node's checker last saw them (key: address or
+        name). Call whenever one changes, and once at start (an empty mapping: this node is
+        alone). Entries that are this node itself (``identity``, ``self_addresses``) are
+        dropped. A holding leader whose evidence this removes steps down at once."""
+        self._now = now
+        mine = {_same_node(a) for a in self.params.self_addresses} | {self.params.identity}
+        self.peers = {k: v for k, v in peers.items() if _same_node(k) not in mine}
+        if self.released:
+            return []
+        return self._check_holding(now)
+
+    def foreign_claim(self, now: float) -> list[Action]:
+        """Another MAC announced the VIP (a gratuitous ARP or unsolicited NA): someone else
+        believes it holds it. Yield at once, never defend: remove the VIP, stay a candidate.
+        The next round reads the Lease: if it is still ours, we take it back (and the other
+        node, a leader holding on stale evidence, yields to our announcement in turn)."""
+        self._now = now
+        if self.released or not self.leader:
+            return []
+        self.stats_foreign_claims += 1
+        return self._step_down(
+            now,
+            "another node announced the VIP on the wire: yielding, never defending",
+            "foreign-claim",
+        )
 
     def release(self, now: float, timeout: float) -> list[Action]:
         """Graceful stop: give the Lease up if we hold it. The VIP stays until the write is
@@ -463,6 +618,7 @@ class Elector:
         self.releasing = True
         if self.role is Role.FOLLOWER or self.observed is None:
             self.released = True
+            self.pending = None  # done: an answer still on its way no longer matters
             return []
         self.pending = None  # whatever was in flight no longer matters
         rec = self.observed
@@ -486,6 +642,33 @@ class Elector:
             # A new unhealthy spell starts with a clean slate: give way again then.
             self.takeable_since = None
             self.keep_unhealthy = False
+
+    def _peer_ok(self, peer_healthy: bool) -> bool:
+        """The driver's "a peer is healthy", unless the peers it reported are all this node
+        or none of them answers ready: never give way to ourselves."""
+        if not peer_healthy or self.peers is None:
+            return peer_healthy
+        return any(s is PeerState.READY for s in self.peers.values())
+
+    def _cap(self) -> float:
+        return max(0.2, self.params.renew_deadline * REQUEST_FRACTION)
+
+    def _short(self) -> float:
+        """A follower's (and a holding leader's) request timeout: no deadline to meet, and
+        the store rule's waits below are counted in these."""
+        return max(0.2, min(self._cap(), self.params.retry_period))
+
+    def _store_fresh(self) -> float:
+        """How long one "read ok, write refused" round counts as evidence: until the next
+        round (one retry period later, a read and a write, each within the request cap)
+        could have renewed it."""
+        return self.params.retry_period + 2 * self._short()
+
+    def _bind_delay(self) -> float:
+        """Taking a Lease from a holder that may be holding on store-wide refusals: the old
+        holder reads the Lease every round and steps down when it sees us; its next read is
+        answered (or abandoned) within one retry period and two of its requests of our write."""
+        return self.params.retry_period + 2 * self._short()
 
     def _give_way(self, now: float) -> list[Action]:
         """Unhealthy leader, healthy peer: release the Lease (the graceful-stop write)."""
@@ -525,9 +708,19 @@ class Elector:
         return d if d is not None and self.role is Role.LEADER else p.abandon_at
 
     def _wake(self, at: float) -> None:
-        d = self.renew_deadline_at
-        if self.role is Role.LEADER and d is not None:
-            at = min(at, d)  # the deadline is checked on time, whatever else is pending
+        """Poll again at ``at``, or earlier at the next time something is due. A due time
+        already past is not one (it has been handled, or is being): clamping to it would make
+        the driver spin."""
+        points = [self.bind_at]
+        if self.role is Role.LEADER:
+            points.append(self.renew_deadline_at)  # checked on time, whatever else is pending
+        if self.role is Role.HOLDING:
+            if self.store_refused_at is not None:
+                points.append(self.store_refused_at + self._store_fresh())
+            points.append(self._last_chance_until)
+        for p in points:
+            if p is not None and p > self._now:
+                at = min(at, p)
         self.wake_at = at
 
     def _request(self, verb: Verb, purpose: Purpose, timeout: float, **kw: object) -> Request:
@@ -536,11 +729,10 @@ class Elector:
 
     def _timeout(self, now: float) -> float:
         """Per-request timeout: a leader's renewal must be answered before its deadline."""
-        cap = max(0.2, self.params.renew_deadline * REQUEST_FRACTION)
         d = self.renew_deadline_at
         if self.role is Role.LEADER and d is not None:
-            return max(0.05, min(cap, d - now))
-        return cap
+            return max(0.05, min(self._cap(), d - now))
+        return self._short()
 
     def _send(self, now: float, req: Request) -> list[Action]:
         self.pending = _Pending(req, now, now + req.timeout)
@@ -549,23 +741,39 @@ class Elector:
 
     def _start_round(self, now: float) -> list[Action]:
         rec = self.observed
-        if self.role is Role.LEADER and rec is not None:
+        self._round_read_ok = False
+        if self.role is Role.LEADER and rec is not None and not self._read_first:
             # client-go's fast path: write on the resourceVersion we know, read only on 409.
             return self._send(now, self._renew_request(now, rec))
-        # Followers read first; so does a holding leader, to see another holder at once.
+        # Followers read first; so does a holding leader, to see another holder at once, and
+        # a leader whose renewal the store refused (the read is half of the evidence).
         self._conflict_retry = False
         return self._send(now, self._request(Verb.GET, Purpose.READ, self._timeout(now)))
 
     def _renew_request(self, now: float, rec: Record) -> Request:
+        me = self.params.identity
+        if rec.holder == me:
+            return self._request(
+                Verb.UPDATE,
+                Purpose.RENEW,
+                self._timeout(now),
+                resource_version=rec.resource_version,
+                holder=me,
+                duration_seconds=self.params.duration_seconds,
+                transitions=rec.transitions,
+                acquire_time=rec.acquire_time,
+            )
+        # Released under us (holder cleared): client-go's tryAcquireOrRenew sees a record that
+        # is not ours and counts a new term, with a new acquireTime.
         return self._request(
             Verb.UPDATE,
-            Purpose.RENEW,
+            Purpose.ACQUIRE,
             self._timeout(now),
             resource_version=rec.resource_version,
-            holder=self.params.identity,
+            holder=me,
             duration_seconds=self.params.duration_seconds,
-            transitions=rec.transitions,
-            acquire_time=rec.acquire_time,
+            transitions=rec.transitions + 1,
+            stamp_acquire=True,
         )
 
     def _observe(self, now: float, rec: Record) -> None:
@@ -577,10 +785,14 @@ class Elector:
             or old.duration_seconds != rec.duration_seconds
         )
         if changed or self.lost_sight:
-            # A record we could not watch for a renew deadline or more may belong to a leader
-            # that kept the VIP through a store outage: count it as seen now (the
+            # A record read after requests failed may belong to a leader that renewed out of
+            # our sight or kept the VIP on evidence meanwhile: count it as seen now (the
             # unreachable-store rule's follower side).
             self.observed_at = now
+        if changed and rec.holder and rec.holder != self.params.identity:
+            # Someone else wrote it: writes work again and this node is not alone.
+            self.others_seen = True
+            self.failed_since_change = None
         self.observed = rec
         self.lost_sight = False
         self.last_read_ok = now
@@ -592,42 +804,112 @@ class Elector:
             at = exp  # the Lease we watch expires before the next poll: look right then
         return at
 
-    def _check_deadline(self, now: float, healthy: bool) -> list[Action]:
+    def _check_deadline(self, now: float) -> list[Action]:
         d = self.renew_deadline_at
         if self.role is not Role.LEADER or d is None or now < d:
             return []
         fails = ", ".join(self.failures) or "no answer yet"
-        if (
-            self.params.keep_on_unreachable
-            and healthy
-            and self.failures
-            and all(f.startswith(("http-5", "http-429")) for f in self.failures)
-        ):
+        why = self._peer_evidence()
+        if why is not None and self.bind_at is None:
             self.role = Role.HOLDING
+            self._hold_on = "peers"
+            self.stats_holds += 1
+            self._wake(min(self.wake_at, now + self.params.retry_period))
             return [
                 Hold(
-                    f"renew deadline {self.params.renew_deadline:g} s passed, every attempt "
-                    f"answered that the store is unavailable ({fails}) and the local API "
-                    "server is healthy: keeping the VIP until another holder appears",
+                    f"renew deadline {self.params.renew_deadline:g} s passed ({fails}) and "
+                    f"{why}: keeping the VIP while that holds",
                     "store-down",
                 )
             ]
-        why = (
+        reason = (
             f"renew deadline {self.params.renew_deadline:g} s passed without a successful "
             f"renewal ({fails})"
         )
-        if self.params.keep_on_unreachable and not healthy:
-            why += "; local API server unhealthy"
-        return self._step_down(now, why, "renew-deadline")
+        if self._arm_reclaim(now):
+            # Store-wide refusals: nobody can take the Lease, but a follower whose expiry
+            # comes just after the writes return takes it without ever seeing a refusal, before
+            # our next round renews. So step down like client-go, and take the VIP back once
+            # every follower's expiry has passed with our record still unchanged.
+            reason += (
+                "; the store refuses every write for every member (etcd NOSPACE alarm): the "
+                f"VIP comes back here {self._reclaim_after():g} s after the last renewal if the "
+                "Lease is still ours then"
+            )
+        return self._step_down(now, reason, "renew-deadline")
+
+    def _reclaim_after(self) -> float:
+        """From the answer to our last renewal until every follower's take-over attempt that
+        could have succeeded without meeting a refusal has been answered: a follower's next
+        read is sent within a retry period and answered within a request, it expires a
+        duration later, reads again and writes, each within a request. A write that landed
+        by then shows in our next read."""
+        return self.params.duration + self.params.retry_period + 3 * self._short()
+
+    def _check_holding(self, now: float, failed: bool = False) -> list[Action]:
+        """A holding leader keeps the VIP only while the evidence holds. When it ends (a peer
+        answers ready: the store is back, for it at least), one last round at once: renewed,
+        it leads as before; a failure, or ``duration - renew_deadline`` without a renewal,
+        and it steps down. A peer that was not ready could not read the Lease either, so it
+        counts our record from its first good read and needs a whole duration from there."""
+        if self.role is not Role.HOLDING:
+            return []
+        # Held on the peers: store refusals do not carry it on (taking the VIP on refusals
+        # needs the reclaim's wait). Held on refusals: the peers' evidence may take over.
+        held = self._peer_evidence()
+        if held is None and self._hold_on == "store":
+            held = self._store_evidence(now)
+        if held is not None:
+            self._last_chance_until = None
+            return []
+        if self._last_chance_until is None and not failed:
+            self._last_chance_from = now
+            self._last_chance_until = now + min(
+                self.params.duration - self.params.renew_deadline, 2 * self._cap()
+            )
+            self._wake(now)
+            return []
+        if not failed and self._last_chance_until is not None and now < self._last_chance_until:
+            return []
+        self._arm_reclaim(now)
+        return self._step_down(
+            now,
+            "holding the VIP through a store outage, and nothing shows any more that no "
+            "other node can lead",
+            "store-down-ended",
+        )
+
+    def _arm_reclaim(self, now: float) -> bool:
+        """Stepping down while the store refuses writes: come back once every follower's
+        expiry has passed with our record unchanged (see `_reclaim`)."""
+        last, rec = self._last_renew_ok or self.last_renew_sent, self.observed
+        if self._store_evidence(now) is None or last is None or rec is None:
+            return False
+        if rec.holder != self.params.identity:
+            return False
+        self._reclaim_rv = rec.resource_version
+        self._reclaim_at = last + self._reclaim_after()
+        return True
+
+    def _check_bind(self, now: float) -> list[Action]:
+        if self.bind_at is None or now < self.bind_at or self.role is not Role.LEADER:
+            return []
+        self.bind_at = None
+        return [BecomeLeader(self._bind_reason, "acquired")]
 
     def _step_down(self, now: float, reason: str, label: str) -> list[Action]:
         if self.role is Role.FOLLOWER:
             return []
+        told = self.bind_at is None
         self.role = Role.FOLLOWER
+        self.bind_at = None
         self.last_renew_sent = None
         self.failures = []
+        self.store_refused_at = None
+        self._read_first = False
+        self._last_chance_until = None
         self._wake(min(self.wake_at, now + self.params.retry_period))
-        return [BecomeFollower(reason, label)]
+        return [BecomeFollower(reason, label)] if told else []
 
     def _result(
         self,
@@ -687,30 +969,70 @@ class Elector:
                 return self._send(now, self._request(Verb.GET, Purpose.READ, self._timeout(now)))
             self._wake(self._next_poll(now))
         else:
-            actions += self._failed(now, outcome)
-        actions += self._check_deadline(now, healthy)
+            actions += self._failed(now, req, outcome)
+            actions += self._check_deadline(now)
+            last = self._last_chance_until is not None and sent_at >= self._last_chance_from
+            return actions + self._check_holding(now, failed=last)
+        actions += self._check_deadline(now)
+        actions += self._check_holding(now)
         return actions
 
-    def _failed(self, now: float, outcome: Outcome) -> list[Action]:
+    def _failed(self, now: float, req: Request, outcome: Outcome) -> list[Action]:
         kind = outcome_kind(outcome)
         self.failures.append(kind)
         del self.failures[:-20]  # the last ones tell the story; bounded memory
+        refused = isinstance(outcome, StoreRefused) and req.verb is not Verb.GET
         if self.role is Role.FOLLOWER:
-            blind_since = self.last_read_ok if self.last_read_ok is not None else now
-            if now - blind_since >= self.params.renew_deadline:
-                self.lost_sight = True
+            # Blind, or unable to write: its view of the Lease no longer proves anything.
+            self.lost_sight = True
+            self.failed_since_change = now
+            due = self._round_read_ok and now >= self._reclaim_at and self.bind_at is None
+            if refused and due:
+                return self._reclaim(now)
+            if req.verb is Verb.GET:
+                self._reclaim_rv = None  # the claim needs unbroken sight of our record
             self._wake(self._next_poll(now))
             return []
-        if self.role is Role.HOLDING and not kind.startswith(("http-5", "http-429")):
-            return self._step_down(
-                now,
-                f"holding the VIP through a store outage, then {kind}: this node's own path "
-                "to the store is broken or refused",
-                "store-down-ended",
-            )
-        # A leader retries every retry period until its deadline.
-        self._wake(now + self.params.retry_period)
+        if req.verb is Verb.GET:
+            self.store_refused_at = None  # the evidence needs reads to work
+        elif refused:
+            self._read_first = True
+            if self._round_read_ok:
+                self.store_refused_at = now
+        else:
+            self.store_refused_at = None
+        # A leader retries every retry period until its deadline; a holding one, while the
+        # evidence holds (and at once for its last chance).
+        self._wake(now if self._last_chance_until is not None else now + self.params.retry_period)
         return []
+
+    def _reclaim(self, now: float) -> list[Action]:
+        """Every follower's expiry has passed, our record is unchanged and the store still
+        refuses every write: nobody took the Lease and nobody can. Keep the VIP (holding)."""
+        self._reclaim_rv = None
+        self.role = Role.HOLDING
+        self._hold_on = "store"
+        self.store_refused_at = now
+        self._read_first = True
+        self.stats_holds += 1
+        self._wake(now + self.params.retry_period)
+        why = (
+            "the store refuses every write for every member (etcd NOSPACE alarm) and the Lease "
+            "is still ours after every follower's expiry: taking the VIP back while that holds"
+        )
+        return [BecomeLeader(why, "store-down"), Hold(why, "store-down")]
+
+    def _took_after_failures(self, req: Request) -> bool:
+        """Did this acquisition take a Lease from another holder after one of our requests
+        failed, with nobody writing the Lease since? That holder may be holding on the
+        store's refusals (taken back after a wait that our failure outlasted: our expiry
+        restarted) and read the Lease only once per round: it needs that long to see us
+        before we bind the VIP."""
+        return (
+            self.failed_since_change is not None
+            and req.purpose is Purpose.ACQUIRE
+            and req.stamp_acquire
+        )
 
     def _ok(
         self,
@@ -725,10 +1047,21 @@ class Elector:
         actions: list[Action] = []
         if req.verb is not Verb.GET:
             # Our write went through: we hold the Lease as of when we sent it.
+            from_other = (
+                req.stamp_acquire
+                and self.observed is not None
+                and bool(self.observed.holder)
+                and self.observed.holder != me
+            )
             self._observe(now, rec)
             self.observed_at = sent_at  # conservative for our own expiry bookkeeping
             self.failures = []
             self.last_renew_sent = sent_at
+            self._last_renew_ok = now
+            self.store_refused_at = None
+            self._read_first = False
+            self._last_chance_until = None
+            self._reclaim_rv = None
             self.stats_renewals += req.purpose is Purpose.RENEW
             self._conflict_retry = False
             if self.role is Role.FOLLOWER:
@@ -737,12 +1070,16 @@ class Elector:
                     Purpose.CREATE: ("created the Lease", "created"),
                     Purpose.ACQUIRE: ("acquired the Lease", "acquired"),
                 }.get(req.purpose, ("renewed the Lease", "renewed"))
-                actions.append(
-                    BecomeLeader(
-                        f"{how} (transitions {rec.transitions}, rv {rec.resource_version})",
-                        label,
+                reason = f"{how} (transitions {rec.transitions}, rv {rec.resource_version})"
+                if from_other and self._took_after_failures(req):
+                    self.bind_at = sent_at + self._bind_delay()
+                    self._bind_reason = (
+                        f"{reason}, after the store had refused writes: bound "
+                        f"{self._bind_delay():g} s later, once the old holder has read it"
                     )
-                )
+                else:
+                    actions.append(BecomeLeader(reason, label))
+                self.failed_since_change = None
             elif self.role is Role.HOLDING:
                 self.role = Role.LEADER
                 actions.append(
@@ -759,7 +1096,13 @@ class Elector:
                 self._wake(self._next_poll(now))
                 return actions
             # Still ours (or released by hand): renew on the fresh resourceVersion.
+            self._round_read_ok = True
             return self._send(now, self._renew_request(now, rec))
+        if self._reclaim_rv is not None and (
+            holder != me or rec.resource_version != self._reclaim_rv
+        ):
+            self._reclaim_rv = None  # someone wrote: nothing to take back
+        self._round_read_ok = self._reclaim_rv is not None
         exp = self.expires_at()
         if not holder or holder == me or (exp is not None and now >= exp):
             if not self._may_take(now, healthy, peer_healthy):
@@ -784,11 +1127,12 @@ class Elector:
 
     def _released(self, now: float, outcome: Outcome) -> list[Action]:
         self.released = True
-        was = self.role
+        was = self.leader
         self.role = Role.FOLLOWER
+        self.bind_at = None
         if isinstance(outcome, Ok):
             self.observed = outcome.record
             why = "released the Lease"
         else:
             why = f"could not release the Lease ({outcome_kind(outcome)}): peers wait it out"
-        return [BecomeFollower(why, "released")] if was is not Role.FOLLOWER else []
+        return [BecomeFollower(why, "released")] if was else []

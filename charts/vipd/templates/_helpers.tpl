@@ -1,0 +1,101 @@
+{{/*
+What `vipd manifest daemonset` and `vipd manifest rbac` derive from a config (vipd/manifest.py),
+derived here from the values the same way. tests/chart/test_chart.py renders both from one
+config and compares the objects, so a change on one side without the other fails.
+*/}}
+
+{{/* The config the pods carry in $VIPD_CONFIG: vipd's keys as given, without `node` (each pod
+takes its node's name) and without election.lease.kubeconfig (the DaemonSet uses its
+ServiceAccount). */}}
+{{- define "vipd.config" -}}
+{{- $v := .Values -}}
+{{- $cfg := dict "vip" (required "vip: the VIP, an IP address literal, is required" $v.vip) -}}
+{{- if not (kindIs "invalid" $v.interface) }}{{ $_ := set $cfg "interface" $v.interface }}{{ end -}}
+{{- $election := dict "mode" (default "vrrp" $v.election.mode) -}}
+{{- if not (kindIs "invalid" $v.election.vrrp) }}{{ $_ := set $election "vrrp" $v.election.vrrp }}{{ end -}}
+{{- if not (kindIs "invalid" $v.election.lease) }}{{ $_ := set $election "lease" (omit $v.election.lease "kubeconfig") }}{{ end -}}
+{{- $_ := set $cfg "election" $election -}}
+{{- range $key := list "garp" "log" "health" "ipvs" "metrics" }}
+{{- if not (kindIs "invalid" (index $v $key)) }}{{ $_ := set $cfg $key (index $v $key) }}{{ end }}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{- define "vipd.leaseMode" -}}
+{{- if eq (default "vrrp" .Values.election.mode) "lease" }}true{{ end -}}
+{{- end -}}
+
+{{- define "vipd.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+
+{{- define "vipd.labels" -}}
+app.kubernetes.io/name: vipd
+app.kubernetes.io/component: daemonset
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{- define "vipd.selectorLabels" -}}
+app.kubernetes.io/name: vipd
+app.kubernetes.io/component: daemonset
+{{- end -}}
+
+{{/* metrics.listen as "HOST PORT" (HOST without IPv6 brackets; 0.0.0.0 when empty). */}}
+{{- define "vipd.listen" -}}
+{{- $listen := "0.0.0.0:2112" -}}
+{{- if and .Values.metrics .Values.metrics.listen }}{{ $listen = .Values.metrics.listen }}{{ end -}}
+{{- $port := regexFind "[0-9]+$" $listen -}}
+{{- $host := trimSuffix (printf ":%s" $port) $listen | trimPrefix "[" | trimSuffix "]" -}}
+{{ default "0.0.0.0" $host }} {{ $port }}
+{{- end -}}
+
+{{/* terminationGracePeriodSeconds: vipd's longest graceful stop plus a margin of 10 s, at
+least Kubernetes' default 30 s. VRRP: the make-before-break wait, Skew_Time at priority 1
+(RFC 9568 §6.1; v2: RFC 3768 §6.1), truncated to microseconds, plus one advert interval.
+Lease: the release within the renew deadline, then one retry period for the next holder. */}}
+{{- define "vipd.gracePeriod" -}}
+{{- $stop := 0.0 -}}
+{{- if include "vipd.leaseMode" . -}}
+{{- $lease := default dict .Values.election.lease -}}
+{{- $stop = addf (default 10 $lease.renew_deadline) (default 2 $lease.retry_period) -}}
+{{- else -}}
+{{- $vrrp := default dict .Values.election.vrrp -}}
+{{- $interval := float64 (default 1.0 $vrrp.advert_interval) -}}
+{{- $skewUs := floor (divf (mulf 255 1000000) 256) -}}
+{{- if eq (int (default 3 $vrrp.version)) 3 -}}
+{{- $cs := round (mulf $interval 100) 0 -}}
+{{- $skewUs = floor (divf (mulf 255 $cs 625) 16) -}}
+{{- end -}}
+{{- $stop = addf (divf $skewUs 1000000) $interval -}}
+{{- end -}}
+{{- max 30 (add (int (ceil $stop)) 10) -}}
+{{- end -}}
+
+{{- define "vipd.probe" -}}
+{{- $listen := splitList " " (include "vipd.listen" .root) -}}
+httpGet:
+  path: {{ .path }}
+  port: {{ index $listen 1 }}
+  scheme: HTTP
+  {{- if not (has (index $listen 0) (list "0.0.0.0" "::")) }}
+  host: {{ index $listen 0 | quote }}
+  {{- end }}
+periodSeconds: {{ .period }}
+timeoutSeconds: 2
+failureThreshold: {{ .failures }}
+{{- end -}}
+
+{{- define "vipd.securityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+  {{- if . }}
+  add: [NET_ADMIN, NET_RAW]
+  {{- end }}
+{{- end -}}
+
+{{/* The files the config names on the node: health.ca_file. */}}
+{{- define "vipd.hostFiles" -}}
+{{- if and .Values.health .Values.health.ca_file }}{{ .Values.health.ca_file }}{{ end -}}
+{{- end -}}

@@ -1,0 +1,268 @@
+"""The Helm chart (charts/vipd) against `vipd manifest`: one config, the same objects.
+
+For each config below, ``helm template`` with values equal to the config (plus the image,
+namespace and handover options) and ``vipd manifest daemonset`` + ``vipd manifest rbac`` with
+the matching options render YAML streams that are parsed and compared object by object. The
+configs in ``$VIPD_CONFIG`` are compared as vipd reads them (`vipd.config.parse`: the same
+effective config, whatever the key order or the defaults left out); everything else must be
+equal as data. Both sets pass the strict ``kubernetes-validate`` check of
+tests/unit/test_manifest.py. ``helm lint`` passes, and the chart's PodMonitor and
+ServiceMonitor are the ones in manifests/monitoring/.
+
+``helm`` is the binary ``scripts/setup-kube`` builds from helm.sh/helm/v3 (``$VIPD_KUBE_BIN``,
+else the newest build under ``$VIPD_KUBE_CACHE`` or /var/cache/vipd-kube), else one on PATH;
+without it the tests skip with the reason, and fail under CI=true.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from tests.prereq import missing
+from vipd import config
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "vipd"
+MONITORING = ROOT / "manifests" / "monitoring"
+K8S_VERSION = kubernetes_validate.latest_version()
+CACHE = "/var/cache/vipd-kube"
+IMAGE = "registry.example.com/infra/vipd"
+
+
+def helm() -> str:
+    given = os.environ.get("VIPD_KUBE_BIN")
+    candidates = [Path(given) / "helm"] if given else []
+    cache = Path(os.environ.get("VIPD_KUBE_CACHE", CACHE))
+    candidates += sorted(cache.glob("kube-*/helm"), reverse=True)
+    on_path = shutil.which("helm")
+    candidates += [Path(on_path)] if on_path else []
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return str(path)
+    missing(f"needs helm: scripts/setup-kube builds it (looked in $VIPD_KUBE_BIN, {cache}, PATH)")
+
+
+def docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+# (id, config, manifest options, chart values besides the config)
+CASES: list[tuple[str, dict[str, Any], list[str], dict[str, Any]]] = [
+    (
+        "vrrp-example",
+        yaml.safe_load((ROOT / "manifests" / "vipd.yaml").read_text()),
+        [],
+        {},
+    ),
+    (
+        "lease-example",
+        yaml.safe_load((ROOT / "manifests" / "vipd-lease.yaml").read_text()),
+        [],
+        {},
+    ),
+    (
+        "vrrp-v2-slow-loopback-endpoint-node-label",
+        {
+            "node": "cp-1",  # dropped by both: each pod takes its node's name
+            "vip": "192.0.2.10",
+            "interface": "eth1",
+            "election": {
+                "mode": "vrrp",
+                "vrrp": {"vrid": 7, "version": 2, "advert_interval": 30, "auth_pass": "s3cret"},
+            },
+            "health": {"port": 6443, "fall": 5},
+            "ipvs": {"enabled": True, "scheduler": "wrr", "backends": ["192.0.2.1", "192.0.2.2"]},
+            "garp": {"repeat": 3, "refresh": 60},
+            "metrics": {"listen": "127.0.0.1:9102"},
+            "log": {"format": "json", "level": "debug"},
+        },
+        [
+            "--node-label",
+            "vipd.example/ready",
+            "--adopt-timeout",
+            "45.5",
+            "--static-manifest",
+            "/etc/kubernetes/manifests/vip.yaml",
+        ],
+        {
+            "handover": {
+                "nodeLabel": "vipd.example/ready",
+                "adoptTimeout": 45.5,
+                "staticManifest": "/etc/kubernetes/manifests/vip.yaml",
+            }
+        },
+    ),
+    (
+        "vrrp-v3-longest-interval-ipv6-endpoint",
+        {
+            "vip": "2001:db8::10",
+            "election": {"vrrp": {"vrid": 200, "advert_interval": 40.95, "priority": 150}},
+            "metrics": {"listen": "[::1]:2112"},
+        },
+        [],
+        {},
+    ),
+    (
+        "lease-own-lock-and-kubeconfig",
+        {
+            "vip": "10.0.0.100",
+            "election": {
+                "mode": "lease",
+                "lease": {
+                    "name": "cp-vip",
+                    "namespace": "vipd-system",
+                    "duration": 40,
+                    "renew_deadline": 30,
+                    "retry_period": 5,
+                    "kubeconfig": "/etc/kubernetes/admin.conf",  # not used in the DaemonSet
+                },
+                "vrrp": {"vrid": 51},  # the other mode's section may stay
+            },
+        },
+        [],
+        {},
+    ),
+]
+
+
+def manifest_objects(cfg: dict[str, Any], opts: list[str], tmp: Path, ns: str) -> list[Any]:
+    path = tmp / "vipd.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out: list[Any] = []
+    for kind in ("daemonset", "rbac"):
+        run = subprocess.run(
+            [sys.executable, "-m", "vipd", "manifest", kind, "--config", str(path),
+             "--image", f"{IMAGE}:{chart_version()}", "--namespace", ns, *opts],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        out += docs(run.stdout)
+    return out
+
+
+def chart_version() -> str:
+    return str(yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"])
+
+
+def chart_objects(values: dict[str, Any], tmp: Path, ns: str) -> list[Any]:
+    path = tmp / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    run = subprocess.run(
+        [helm(), "template", "vipd", str(CHART), "--namespace", ns, "--values", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return docs(run.stdout)
+
+
+def values_for(cfg: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    values = {k: v for k, v in cfg.items() if k != "node"}
+    return {**values, "image": {"repository": IMAGE}, **extra}
+
+
+def effective(text: str) -> config.Config:
+    return config.parse(yaml.safe_load(text), env={"NODE_NAME": "n1"}, hostname=None)
+
+
+def split_config(obj: dict[str, Any]) -> tuple[dict[str, Any], config.Config | None]:
+    """The object without the $VIPD_CONFIG text, and that config as vipd reads it."""
+    if obj["kind"] != "DaemonSet":
+        return obj, None
+    obj = yaml.safe_load(yaml.safe_dump(obj))  # a copy
+    (container,) = obj["spec"]["template"]["spec"]["containers"]
+    (entry,) = [e for e in container["env"] if e["name"] == "VIPD_CONFIG"]
+    text = entry.pop("value")
+    return obj, effective(text)
+
+
+def by_identity(objs: list[Any]) -> dict[tuple[str, str, str], Any]:
+    out = {}
+    for obj in objs:
+        key = (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        assert key not in out, f"two objects {key}"
+        out[key] = obj
+    return out
+
+
+def differences(ours: list[Any], theirs: list[Any]) -> list[str]:
+    a, b = by_identity(ours), by_identity(theirs)
+    found = [f"only from the chart: {k}" for k in a.keys() - b.keys()]
+    found += [f"only from vipd manifest: {k}" for k in b.keys() - a.keys()]
+    for key in a.keys() & b.keys():
+        (obj_a, cfg_a), (obj_b, cfg_b) = split_config(a[key]), split_config(b[key])
+        if obj_a != obj_b:
+            found.append(f"{key} differs:\n{yaml.safe_dump(obj_a)}\nvs\n{yaml.safe_dump(obj_b)}")
+        if cfg_a != cfg_b:
+            found.append(f"{key}: $VIPD_CONFIG differs: {cfg_a} vs {cfg_b}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("cfg", "opts", "extra"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+@pytest.mark.parametrize("ns", ["kube-system", "vipd-system"])
+def test_chart_renders_what_vipd_manifest_renders(
+    cfg: dict[str, Any], opts: list[str], extra: dict[str, Any], ns: str, tmp_path: Path
+) -> None:
+    theirs = manifest_objects(cfg, opts, tmp_path, ns)
+    ours = chart_objects(values_for(cfg, extra), tmp_path, ns)
+    assert not differences(ours, theirs), "\n".join(differences(ours, theirs))
+    lease = cfg["election"].get("mode") == "lease"
+    assert sorted(o["kind"] for o in ours) == (
+        ["DaemonSet", "Role", "RoleBinding", "ServiceAccount"] if lease else ["DaemonSet"]
+    )
+    for obj in ours:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_the_comparison_sees_a_drift(tmp_path: Path) -> None:
+    cfg = CASES[0][1]
+    theirs = manifest_objects(cfg, [], tmp_path, "kube-system")
+    ours = chart_objects(values_for(cfg, {}), tmp_path, "kube-system")
+    assert not differences(ours, theirs)
+    # The grace period, and a config that reads differently, are both caught.
+    drifted = yaml.safe_load(yaml.safe_dump(ours))
+    drifted[0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] += 1
+    assert differences(drifted, theirs)
+    other = chart_objects(values_for({**cfg, "garp": {"repeat": 2}}, {}), tmp_path, "kube-system")
+    assert any("VIPD_CONFIG" in d for d in differences(other, theirs))
+
+
+def test_helm_lint_is_clean() -> None:
+    for args in ([], ["--set", "vip=10.0.0.100", "--set", "election.vrrp.vrid=51"]):
+        run = subprocess.run(
+            [helm(), "lint", "--strict", str(CHART), *args],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "[WARNING]" not in run.stdout and "[ERROR]" not in run.stdout, run.stdout
+
+
+def test_a_missing_vip_is_an_error_that_names_it(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [helm(), "template", "vipd", str(CHART)], capture_output=True, text=True, check=False
+    )
+    assert run.returncode != 0 and "vip: the VIP" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("kind", ["podMonitor", "serviceMonitor"])
+def test_chart_scrape_objects_are_the_ones_in_manifests_monitoring(
+    kind: str, tmp_path: Path
+) -> None:
+    values = values_for(CASES[0][1], {"monitoring": {kind: {"enabled": True}}})
+    ours = [o for o in chart_objects(values, tmp_path, "kube-system") if o["kind"] != "DaemonSet"]
+    name = "vipd-podmonitor.yaml" if kind == "podMonitor" else "vipd-servicemonitor.yaml"
+    committed = docs((MONITORING / name).read_text())
+    assert ours == committed
+    for obj in ours:
+        if obj["apiVersion"] == "v1":
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

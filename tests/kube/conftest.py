@@ -1,0 +1,108 @@
+"""Fixtures for the tests against the real Kubernetes bed (``vipd.lab.kubebed``).
+
+What it is: ``bed``, one ``KubeBed`` per test module (three etcd members, three
+kube-apiservers, vipd in Lease mode on each, the observers), torn down after the module; and
+``window``, a per-test recorder of the holder timeline that judges the invariant at the end
+of a scenario (``Window.check``) and prints the timeline excerpt either way, so a report can
+quote it.
+
+What it must not do: skip silently (a missing binary or root skips with the reason printed,
+and fails under CI=true, by ``tests.prereq``), or leave a bed behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.prereq import missing
+from vipd.lab.analysis import measure
+from vipd.lab.kubebed.bed import KubeBed, Timing, usable
+from vipd.lab.kubebed.verdict import Verdict, excerpt, judge
+from vipd.lab.timeline import Exclusions
+
+TIMING = Timing(duration=5, renew_deadline=3.0, retry_period=1.0)
+# Scheduling slack on a shared, loaded 2-core machine that also runs six Go servers.
+MARGIN = 1.5
+# The longest no-holder span the timings allow: a follower acquires within duration +
+# retry period of the last renewal it saw.
+GAP_LIMIT = TIMING.takeover_bound() + MARGIN
+
+
+@pytest.fixture(scope="module")
+def bed() -> Iterator[KubeBed]:
+    why = usable()
+    if why is not None:
+        missing(why)
+    with KubeBed(timing=TIMING) as b:
+        print(f"\nbed up in {b.startup_s:.1f} s ({b.apiserver_version}, {b.etcd_version})")
+        yield b
+
+
+class Window:
+    """One scenario's slice of the bed's timeline, with its marks (fault, heal, …)."""
+
+    def __init__(self, bed: KubeBed) -> None:
+        self.bed = bed
+        self.t0 = time.monotonic()
+        self.marks: list[tuple[float, str]] = []
+        self.excluded: dict[str, list[tuple[float, float | None]]] = {}
+
+    def mark(self, label: str) -> float:
+        t = time.monotonic()
+        self.marks.append((t, label))
+        return t
+
+    def exclude(self, node: str, start: float, end: float | None = None) -> None:
+        """``node``'s holding does not count in [start, end): it is dead (link down)."""
+        self.excluded.setdefault(node, []).append((start, end))
+
+    def excerpt(self, until: float | None = None) -> str:
+        assert self.bed.watch is not None
+        tl = self.bed.watch.timeline()
+        first = self.marks[0][0] if self.marks else self.t0
+        return excerpt(tl, self.t0, until or time.monotonic(), first, self.marks)
+
+    def client(self, until: float) -> str:
+        """What the 2 ms prober through the VIP saw (for the report, not judged here)."""
+        if self.bed.prober is None:
+            return "no prober"
+        fault = self.marks[0][0] if self.marks else self.t0
+        o = measure(self.bed.prober.attempts(), fault, until, pre=fault - self.t0 + 0.5)
+        if o.outage is None:
+            return "client: no attempts"
+        return (
+            f"client through the VIP: longest gap {o.outage:.3f} s, "
+            f"{o.successes} ok / {o.failures} failed, answered by {o.before}→{o.final}"
+            + (", INTERLEAVED answers (two nodes)" if o.interleaved else "")
+        )
+
+    def check(self, gap_limit: float = GAP_LIMIT) -> Verdict:
+        """The invariant over the whole window: no two holders beyond 0.1 s, no span
+        without a holder beyond ``gap_limit``."""
+        assert self.bed.watch is not None
+        until = time.monotonic()
+        tl = self.bed.watch.timeline()
+        excluded: Exclusions = self.excluded
+        v = judge(tl, self.t0, until, excluded)
+        text = self.excerpt(until)
+        print(
+            f"\ntimeline (s from the first mark):\n{text}\n"
+            f"worst two-holder span {v.worst_shared:.3f} s, worst no-holder span "
+            f"{v.worst_unowned:.3f} s (limit {gap_limit:.1f} s); {self.client(until)}"
+        )
+        problems = v.problems(gap_limit)
+        assert not problems, (
+            "; ".join(problems) + f"\ntimeline:\n{text}\n{self.bed.vipd_report(15)}"
+        )
+        return v
+
+
+@pytest.fixture
+def window(bed: KubeBed) -> Iterator[Window]:
+    bed.settle()
+    yield Window(bed)
+    # Whatever the test did, the next one starts from a working control plane.
+    bed.settle()

@@ -1,0 +1,106 @@
+"""The real control plane with vipd on it: it comes up, the rendered manifests are accepted,
+one node holds the VIP, and the two everyday failovers (leader node death, leader SIGTERM).
+
+What it tests, against kube-apiserver and a 3-member etcd built from their official modules
+(``scripts/setup-kube``): ``kubectl get --raw /readyz`` answers through the VIP with vipd in
+Lease mode on all three nodes; ``default/kubernetes`` lists the three live API servers (the
+lease endpoint reconciler); ``vipd manifest pod|daemonset|rbac`` for the bed's Lease config
+pass ``kubectl apply --dry-run=server``; exactly one holder, the one the Lease names; and the
+invariant (never two holders beyond 0.1 s, never none beyond duration + retry period) across
+node death and a graceful stop.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from tests.kube.conftest import MARGIN, TIMING, Window
+from vipd.lab.kubebed.bed import KubeBed
+
+pytestmark = pytest.mark.kube
+
+
+def test_readyz_through_the_vip_with_vipd_in_lease_mode_everywhere(
+    bed: KubeBed, window: Window
+) -> None:
+    out = bed.kubectl("get", "--raw", "/readyz", via="vip")
+    assert out.stdout.strip() == "ok", out
+    version = json.loads(bed.kubectl("version", "-o", "json", via="vip").stdout)
+    assert version["serverVersion"]["gitVersion"] == bed.apiserver_version.split()[-1]
+    assert bed.beliefs is not None
+    for node in bed.nodes:
+        text = bed.procs[node.name].vipd.log_text()
+        assert "lease election started" in text, text[-2000:]
+    roles = {b.node: b.role for b in bed.beliefs.since(0)}
+    assert set(roles) == {n.name for n in bed.nodes}
+    # The lease reconciler adds each API server on its next pass (every 10 s).
+    want = sorted(n.ipv4 for n in bed.nodes)
+    deadline = time.monotonic() + 30
+    while (addrs := _kubernetes_endpoints(bed)) != want and time.monotonic() < deadline:
+        time.sleep(1)
+    assert addrs == want, addrs
+
+
+def _kubernetes_endpoints(bed: KubeBed) -> list[str]:
+    slices = json.loads(
+        bed.kubectl(
+            "get", "endpointslices", "-n", "default", "-l",
+            "kubernetes.io/service-name=kubernetes", "-o", "json",
+        ).stdout
+    )  # fmt: skip
+    return sorted(
+        a for s in slices["items"] for ep in s.get("endpoints") or [] for a in ep["addresses"]
+    )
+
+
+@pytest.mark.parametrize("what", ["rbac", "pod", "daemonset"])
+def test_rendered_manifests_pass_server_side_dry_run(bed: KubeBed, what: str) -> None:
+    manifest = bed.render(what)
+    proc = bed.kubectl("apply", "--dry-run=server", "-f", "-", input_text=manifest, check=False)
+    assert proc.returncode == 0, f"{proc.stderr}\n{manifest}"
+    assert "(server dry run)" in proc.stdout, proc.stdout
+
+
+def test_exactly_one_holder_the_one_the_lease_names(bed: KubeBed, window: Window) -> None:
+    holder = bed.wait_one_holder(10)
+    time.sleep(2 * TIMING.duration)
+    assert bed.holders() == [holder]
+    assert bed.lease()["holderIdentity"] == holder
+    assert bed.beliefs is not None
+    assert bed.beliefs.leaders_at(time.monotonic() - 0.5) == [holder]
+    v = window.check()
+    assert v.worst_unowned == 0.0 and not v.shared
+
+
+def test_leader_node_death_a_peer_takes_over(bed: KubeBed, window: Window) -> None:
+    old = bed.wait_one_holder(10)
+    t_kill = window.mark(f"node {old} dies (link down, SIGKILL all)")
+    bed.kill_node(old)
+    window.exclude(old, t_kill)
+    new = bed.wait_one_holder(TIMING.takeover_bound() + 10, among=[n.name for n in bed.nodes
+                                                                   if n.name != old])  # fmt: skip
+    took = time.monotonic() - t_kill
+    window.mark(f"{new} holds the VIP")
+    print(f"\nnode death: {new} holds the VIP {took:.2f} s after {old} died")
+    assert took <= TIMING.takeover_bound() + MARGIN, took
+    window.check()
+    bed.revive_node(old)
+    window.excluded[old] = [(t_kill, time.monotonic())]
+
+
+def test_leader_sigterm_hands_over_make_before_break(bed: KubeBed, window: Window) -> None:
+    old = bed.wait_one_holder(10)
+    t_term = window.mark(f"SIGTERM vipd on {old}")
+    bed.procs[old].vipd.stop(signal.SIGTERM, timeout=None)
+    new = bed.wait_one_holder(TIMING.retry_period + 10, among=[n.name for n in bed.nodes
+                                                              if n.name != old])  # fmt: skip
+    took = time.monotonic() - t_term
+    window.mark(f"{new} holds the VIP")
+    assert bed.procs[old].vipd.wait(15) == 0, bed.vipd_report()
+    print(f"\nSIGTERM: {new} holds the VIP {took:.2f} s after the signal")
+    assert took <= TIMING.retry_period + MARGIN, took
+    window.check(gap_limit=TIMING.retry_period + MARGIN)

@@ -1,0 +1,419 @@
+"""systemd/vipd.service under a real systemd: a Debian 12 tree booted with systemd-nspawn.
+
+The tree (mmdebstrap: systemd, python3, iproute2) gets vipd as docs/install-image.md says a
+host does: the wheel from scripts/build installed into /opt/vipd with the pinned
+dependencies (offline, from a wheelhouse made on the host), the unit file as it is in the
+repository, a config in /etc/vipd/vipd.yaml, the unit enabled. The container lives in a
+network namespace of its own, joined by a veth to a "peer" namespace: nothing on the host's
+network is touched. Then, with the unit exactly as shipped:
+
+- journald priorities: a foreign host (the peer) answers for the VIP at boot, so vipd logs
+  "VIP held by another host" as a warning until the peer lets go; ``journalctl -u vipd -p
+  warning`` shows those lines (priority 4, the ``<4>`` prefix stripped by journald) and none
+  of the info lines, which ``-p info`` has at priority 6.
+- DynamicUser and the sandbox: the main process runs as a dynamic (non-root) user with
+  exactly CAP_NET_ADMIN and CAP_NET_RAW effective, no_new_privs, a seccomp filter, a
+  read-only root, an empty /home and a private /tmp; and those two capabilities suffice: it
+  binds the VIP on the namespace's interface.
+- the watchdog: systemd runs it with WatchdogSec (10 s) and sees the heartbeat's pings. A
+  vipd stopped whole (SIGSTOP) misses them; at the timeout systemd sends SIGTERM (and
+  SIGCONT), so its loop comes back and runs the ordered stop ("stopped" in its log) before
+  the restart. A vipd whose event-loop thread stays blocked (held in a ptrace stop, which
+  SIGCONT does not end, while its HTTP thread runs on) gets SIGTERM in vain, is killed
+  TimeoutAbortSec later and restarted, and the new one binds the VIP again.
+
+Root only: it boots a container. Without root or the tools (scripts/setup installs
+systemd-container and mmdebstrap) it skips with the reason, and fails under CI=true. The base
+tree is made once per machine (~90 s) under ``$VIPD_NSPAWN_DIR`` (default
+/var/tmp/vipd-nspawn) and extracted per run; a run takes about 2 minutes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.prereq import missing
+
+ROOT = Path(__file__).resolve().parents[2]
+UNIT = ROOT / "systemd" / "vipd.service"
+CACHE = Path(os.environ.get("VIPD_NSPAWN_DIR", "/var/tmp/vipd-nspawn"))
+PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "iproute2")
+APT_SOURCES = ("/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list")
+CAP_NET_ADMIN, CAP_NET_RAW = 12, 13
+VIP = "10.231.0.100"
+NODE_ADDR, PEER_ADDR = "10.231.0.2", "10.231.0.1"
+# systemd's range for DynamicUser= (systemd.exec(5)).
+DYNAMIC_UIDS = range(61184, 65520)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.25) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def sh(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(args, capture_output=True, text=True, check=False, timeout=timeout)
+    if check and out.returncode != 0:
+        raise AssertionError(f"{' '.join(args)}: exit {out.returncode}: {out.stderr[-2000:]}")
+    return out
+
+
+def base_tarball() -> Path:
+    """The Debian tree as a tarball, made once per machine and package list."""
+    key = hashlib.sha256(" ".join(PACKAGES).encode()).hexdigest()[:12]
+    tarball = CACHE / f"bookworm-{key}.tar"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "base.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs must not both make it
+        if tarball.is_file():
+            return tarball
+        sources = next((s for s in APT_SOURCES if Path(s).is_file()), None)
+        if sources is None:
+            missing(f"no apt sources for mmdebstrap (looked at {APT_SOURCES})")
+        partial = tarball.with_suffix(".partial")
+        sh(
+            "mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(PACKAGES)}",
+            '--aptopt=APT::Install-Recommends "false"',
+            *(f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale")),
+            "bookworm", str(partial), sources,
+            timeout=900,
+        )  # fmt: skip
+        partial.rename(tarball)
+    return tarball
+
+
+@dataclass
+class Machine:
+    """A booted container: its systemd's PID (for nsenter) and its network namespace."""
+
+    proc: subprocess.Popen[bytes]
+    leader: int
+    netns: str
+    peer_ns: str
+    tree: Path
+    console: Path
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return sh("nsenter", "-t", str(self.leader), "-a", *args, check=check)
+
+    def show(self, prop: str) -> str:
+        return self.run("systemctl", "show", "vipd", "-p", prop, "--value").stdout.strip()
+
+    def journal(self, *args: str) -> list[dict[str, str]]:
+        out = self.run("journalctl", "--no-pager", "-o", "json", "-u", "vipd", *args).stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def system_journal(self) -> str:
+        return self.run("journalctl", "--no-pager", "-o", "cat").stdout
+
+
+def leader_of(nspawn: subprocess.Popen[bytes]) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if fields.get("PPid", "").strip() == str(nspawn.pid) and fields["Name"] == "systemd":
+            return int(entry.name)
+    return None
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    if os.geteuid() != 0:
+        missing("needs root: it boots a container with systemd-nspawn")
+    absent = [t for t in ("systemd-nspawn", "mmdebstrap", "nsenter", "ip") if not shutil.which(t)]
+    if absent:
+        missing(f"needs {', '.join(absent)} (scripts/setup installs them)")
+    work = tmp_path_factory.mktemp("nspawn")
+    # The wheel and its pinned dependencies, for an offline install inside the tree.
+    wheelhouse = work / "wheelhouse"
+    dist = work / "dist"
+    subprocess.run(
+        [str(ROOT / "scripts" / "build")],
+        env={**os.environ, "PYTHON": sys.executable, "OUTDIR": str(dist)},
+        capture_output=True, check=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = dist.glob("vipd-*.whl")
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+         "-c", str(ROOT / "constraints.txt"), "-w", str(wheelhouse), str(wheel)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    if pip.returncode != 0:
+        missing(f"needs the package index for vipd's dependencies: {pip.stderr[-300:]}")
+    shutil.copy(ROOT / "constraints.txt", wheelhouse)
+
+    tree = work / "tree"
+    tree.mkdir()
+    with tarfile.open(base_tarball()) as tar:
+        tar.extractall(tree, filter="fully_trusted")
+    sh(
+        "systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "-D", str(tree),
+        f"--bind-ro={wheelhouse}:/wheelhouse", "/bin/sh", "-c",
+        "python3 -m venv /opt/vipd && /opt/vipd/bin/pip install --quiet --no-index "
+        "--disable-pip-version-check --find-links /wheelhouse -c /wheelhouse/constraints.txt "
+        f"/wheelhouse/{wheel.name}",
+        timeout=300,
+    )  # fmt: skip
+    (tree / "etc/systemd/system/vipd.service").write_text(UNIT.read_text())
+    wants = tree / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / "vipd.service").symlink_to("/etc/systemd/system/vipd.service")
+    (tree / "etc/vipd").mkdir()
+    (tree / "etc/vipd/vipd.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "node": "nspawn-1",
+                "vip": VIP,
+                "interface": "vx0",
+                "election": {"vrrp": {"vrid": 42, "advert_interval": 0.2}},
+            }
+        )
+    )
+
+    tag = secrets.token_hex(3)
+    netns, peer_ns = f"vsd-{tag}", f"vsd-{tag}-peer"
+    for ns in (netns, peer_ns):
+        sh("ip", "netns", "add", ns)
+    proc = None
+    try:
+        sh("ip", "-n", netns, "link", "add", "vx0", "type", "veth", "peer", "name", "vx1",
+           "netns", peer_ns)  # fmt: skip
+        for ns, dev, addr in ((netns, "vx0", NODE_ADDR), (peer_ns, "vx1", PEER_ADDR)):
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        # The peer answers for the VIP when vipd starts: vipd must wait it out, warning.
+        sh("ip", "-n", peer_ns, "addr", "add", f"{VIP}/32", "dev", "vx1")
+        console = work / "console.log"
+        with console.open("wb") as out:
+            proc = subprocess.Popen(
+                ["systemd-nspawn", "--quiet", "--boot", "--keep-unit", "-D", str(tree),
+                 f"--machine=vipd-{tag}", "--register=no", "--console=passive",
+                 # nspawn withholds NET_ADMIN unless it made the network namespace itself.
+                 "--capability=CAP_NET_ADMIN",
+                 f"--network-namespace-path=/run/netns/{netns}"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        leader: list[int] = []
+
+        def booted() -> bool:
+            pid = leader_of(proc) if not leader else leader[0]
+            if pid is None:
+                return False
+            leader[:] = [pid]
+            state = sh("nsenter", "-t", str(pid), "-a", "systemctl", "is-system-running",
+                       check=False).stdout.strip()  # fmt: skip
+            return state in ("running", "degraded", "starting")
+
+        assert wait_for(booted, 120), console.read_text()[-3000:]
+        yield Machine(proc, leader[0], netns, peer_ns, tree, console)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # nspawn asks the container's systemd to power off
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+        for ns in (netns, peer_ns):
+            sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(work / "tree", ignore_errors=True)
+
+
+def main_pid(m: Machine) -> int:
+    return int(m.show("MainPID"))
+
+
+def proc_status(m: Machine, pid: int) -> dict[str, str]:
+    # The container shares the host's PID namespace view from outside: read through nsenter
+    # so that the PID is the container's.
+    text = m.run("cat", f"/proc/{pid}/status").stdout
+    return {k: v.strip() for k, v in (ln.split(":", 1) for ln in text.splitlines() if ":" in ln)}
+
+
+def messages(m: Machine) -> str:
+    return "\n".join(e["MESSAGE"] for e in m.journal())[-4000:]
+
+
+def vip_holders(m: Machine) -> list[str]:
+    out = sh("ip", "-n", m.netns, "-br", "addr", "show", "dev", "vx0").stdout
+    return re.findall(r"(\d+\.\d+\.\d+\.\d+)/32", out)
+
+
+def joined(m: Machine) -> None:
+    """vipd waited out the peer's claim on the VIP (warning while it did), then joined: the
+    peer lets go, vipd says READY=1 and binds the VIP. Each test starts from here."""
+
+    def warned() -> bool:
+        return any("VIP held by another host" in e["MESSAGE"] for e in m.journal("-p", "warning"))
+
+    assert wait_for(warned, 60), messages(m)
+    sh("ip", "-n", m.peer_ns, "addr", "del", f"{VIP}/32", "dev", "vx1", check=False)
+    assert wait_for(lambda: m.show("ActiveState") == "active", 60), messages(m)
+    assert wait_for(lambda: vip_holders(m) == [VIP], 20), messages(m)
+
+
+def test_warnings_reach_the_journal_with_their_priority(machine: Machine) -> None:
+    m = machine
+    joined(m)
+
+    warnings = m.journal("-p", "warning")
+    assert warnings and all(int(e["PRIORITY"]) <= 4 for e in warnings)
+    for e in warnings:
+        assert not e["MESSAGE"].startswith("<"), e["MESSAGE"]  # journald took the prefix
+        assert "level=warning" in e["MESSAGE"] or "level=error" in e["MESSAGE"], e["MESSAGE"]
+    assert not any("VIP bound and announced" in e["MESSAGE"] for e in warnings)
+    infos = [e for e in m.journal("-p", "info") if e.get("_PID") == str(main_pid(m))]
+    bound = [e for e in infos if "VIP bound and announced" in e["MESSAGE"]]
+    assert bound and all(e["PRIORITY"] == "6" for e in bound), infos
+
+
+def test_dynamic_user_with_two_capabilities_in_the_sandbox(machine: Machine) -> None:
+    m = machine
+    joined(m)
+    pid = main_pid(m)
+    status = proc_status(m, pid)
+    uids = {int(u) for u in status["Uid"].split()}
+    assert len(uids) == 1 and uids.pop() in DYNAMIC_UIDS, status["Uid"]
+    assert int(status["CapEff"], 16) == (1 << CAP_NET_ADMIN) | (1 << CAP_NET_RAW)
+    assert int(status["CapBnd"], 16) == (1 << CAP_NET_ADMIN) | (1 << CAP_NET_RAW)
+    assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2", status
+    # The mounts vipd sees: root read-only (ProtectSystem=strict), /home empty, its own /tmp.
+    mounts = m.run("cat", f"/proc/{pid}/mountinfo").stdout.splitlines()
+    by_point = {ln.split()[4]: ln for ln in mounts}
+    assert " ro" in by_point["/"].split(" - ")[0] or ",ro" in by_point["/"], by_point["/"]
+    assert "/tmp" in by_point and "/home" in by_point, sorted(by_point)
+    # And with just those two it holds the VIP (netlink) and advertises (raw socket).
+    assert vip_holders(m) == [VIP]
+    assert m.show("DynamicUser") == "yes"
+
+
+def host_pid(m: Machine, pid: int) -> int:
+    """The host's PID of the container's process ``pid`` (same PID namespace as its systemd)."""
+    ns = os.readlink(f"/proc/{m.leader}/ns/pid")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "ns" / "pid") != ns:
+                continue
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        nspid = next(ln for ln in status.splitlines() if ln.startswith("NSpid:")).split()[1:]
+        if nspid[-1] == str(pid):
+            return int(entry.name)
+    raise AssertionError(f"no host PID for container PID {pid}")
+
+
+class Freeze(threading.Thread):
+    """Stops one thread of a process for good, as a loop blocked in a call would be: ptrace
+    (PTRACE_SEIZE, PTRACE_INTERRUPT) holds it in a trace stop that SIGCONT does not end and
+    SIGTERM cannot reach; only SIGKILL does. The other threads (vipd's HTTP endpoint) keep
+    running. The tracer must reap the tracee's death before its parent may: this thread
+    waits for it (ptrace(2))."""
+
+    PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4206, 0x4207
+    WALL = 0x40000000
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.attached = threading.Event()
+        self.error = ""
+
+    def run(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        for request in (self.PTRACE_SEIZE, self.PTRACE_INTERRUPT):
+            if libc.ptrace(request, self.pid, None, None) != 0:
+                self.error = os.strerror(ctypes.get_errno())
+                self.attached.set()
+                return
+        self.attached.set()
+        while True:
+            try:
+                _, status = os.waitpid(self.pid, self.WALL)
+            except ChildProcessError:
+                return
+            if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+                return  # stop events are left as they are: the thread stays stopped
+
+
+def test_watchdog_stops_a_blocked_loop_in_order_and_kills_one_that_stays_blocked(
+    machine: Machine,
+) -> None:
+    m = machine
+    joined(m)
+    assert m.show("WatchdogUSec") == "10s"
+    # The pings arrive: systemd's record of the last one moves on.
+    first = int(m.show("WatchdogTimestampMonotonic"))
+    assert wait_for(lambda: int(m.show("WatchdogTimestampMonotonic")) > first, 12)
+    restarts = int(m.show("NRestarts"))
+
+    def replaced(old: int) -> Callable[[], bool]:
+        def check() -> bool:
+            pid = m.show("MainPID")
+            return m.show("ActiveState") == "active" and pid not in ("0", str(old))
+
+        return check
+
+    # The whole process stopped (SIGSTOP): no pings. At the timeout systemd sends SIGTERM
+    # and SIGCONT, so the loop comes back and runs the ordered stop; then the restart.
+    blocked = main_pid(m)
+    m.run("sh", "-c", f"kill -STOP {blocked}")
+    assert wait_for(replaced(blocked), 60), m.system_journal()[-3000:]
+    assert int(m.show("NRestarts")) == restarts + 1
+    log = m.system_journal()
+    assert "vipd.service: Watchdog timeout (limit 10s)!" in log, log[-3000:]
+    assert f"Killing process {blocked} (vipd) with signal SIGTERM" in log
+    assert f"Killing process {blocked} (vipd) with signal SIGKILL" not in log
+    mine = [e["MESSAGE"] for e in m.journal() if e.get("_PID") == str(blocked)]
+    assert any("msg=stopped" in msg for msg in mine), mine[-10:]
+    assert wait_for(lambda: vip_holders(m) == [VIP], 20), messages(m)
+
+    # The event loop's thread held for good: SIGTERM cannot run the stop, so systemd kills
+    # the process TimeoutAbortSec (10 s) later and starts a new one.
+    stuck = main_pid(m)
+    freeze = Freeze(host_pid(m, stuck))
+    freeze.start()
+    assert freeze.attached.wait(10) and not freeze.error, freeze.error
+    assert wait_for(replaced(stuck), 60), m.system_journal()[-3000:]
+    freeze.join(10)
+    assert int(m.show("NRestarts")) == restarts + 2
+    log = m.system_journal()
+    unit_lines = "\n".join(ln for ln in log.splitlines() if "vipd.service" in ln)
+    assert f"Killing process {stuck} (vipd) with signal SIGTERM" in log, unit_lines
+    assert re.search(rf"Killing process {stuck} \(vipd\) with signal SIGKILL", log), unit_lines
+    mine = [e["MESSAGE"] for e in m.journal() if e.get("_PID") == str(stuck)]
+    assert not any("msg=stopped" in msg for msg in mine), mine[-10:]
+    # The new vipd takes the VIP again (the killed one's address is still on the link).
+    assert wait_for(lambda: vip_holders(m) == [VIP], 20), messages(m)
