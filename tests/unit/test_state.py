@@ -369,6 +369,19 @@ def test_active_lower_priority_advert_advertises_at_once_and_announces() -> None
     assert "from 10.0.0.9 with lower priority 100, ours 150" in m.last_reason
 
 
+def test_the_end_of_a_contest_is_announced_once_more() -> None:
+    """Each lower-priority advert restarts the advert timer; the first tick without one is
+    the other router gone quiet: one more announcement, then plain adverts again."""
+    m = active(params(150, ip=5), now=10.0)
+    m.on_advert(10.3, v4(9), 100, 100)
+    m.on_advert(10.8, v4(9), 100, 100)  # still contesting: no tick in between
+    assert m.deadline == 10.8 + 1.0
+    actions = m.on_timer(11.8)
+    assert actions == [SendAdvert(150), Announce(m.last_reason)]
+    assert "contest over, 10.0.0.9 (prio 100)" in m.last_reason
+    assert m.on_timer(12.8) == [SendAdvert(150)]
+
+
 def test_active_equal_priority_tie_break_by_address() -> None:
     m = active(params(100, ip=10), now=0.0)
     # 10.0.0.9 < 10.0.0.10 numerically (a string compare would say the opposite).

@@ -57,6 +57,9 @@ IPAddress = IPv4Address | IPv6Address
 TIMER_SLACK = 0.002
 # RFC 5227 §2.4 (b): defend the address at most once per DEFEND_INTERVAL seconds.
 DEFEND_INTERVAL = 10.0
+# A claim within this many advert intervals of a lower-priority advert of our own VRID is
+# that peer's split brain, not a foreign host: answered at once (once per advert interval).
+SPLIT_BRAIN_ADVERTS = 3
 # Peers remembered for the status document (multicast: anyone on our VRID could show up).
 MAX_PEERS = 64
 ROLE_OF_STATE = {
@@ -183,6 +186,8 @@ class VrrpElection:
         # Observability (vipd.metrics, /status): who we heard, and what went wrong lately.
         self.peers: dict[IPAddress, tuple[int, float]] = {}  # address -> (priority, seen at)
         self._claimed_at: float | None = None  # last advert claiming the VIP while we held it
+        self._vrrp_claim_at: float | None = None  # last lower-priority advert while we led
+        self._split_answered_at: float | None = None  # last answer to a split-brain claim
         self._claims = 0
         self._master_advert_at: float | None = None  # the followed master's last advert
         self._send_error: str | None = None  # the last advert send failure, until one succeeds
@@ -656,6 +661,7 @@ class VrrpElection:
         held = self.controller is not None and self.controller.bound
         if priority > 0 and held and m.state is state.State.ACTIVE:
             self._claimed_at = now
+            self._vrrp_claim_at = now
             self._claims += 1
             metrics.DUPLICATE_CLAIMS.inc()
             self._log_claim(claimant=src, claimant_priority=priority)
@@ -676,9 +682,15 @@ class VrrpElection:
         loop.add_reader(self.claimwatch.fileno(), self._guarded, self.claimwatch.on_readable)
 
     def _on_claim(self, mac: str) -> None:
-        """Another MAC announced or answered for the VIP. While we lead, that is a duplicate
-        claim (a foreign host, or a split brain): count it with the VRRP ones, log it, and
-        defend the address with one announcement burst at most every DEFEND_INTERVAL."""
+        """Another MAC announced or answered for the VIP while we lead.
+
+        Within ``SPLIT_BRAIN_ADVERTS`` intervals of a lower-priority advert of our VRID it is
+        that peer's split brain: it bound the VIP and announced it just before our answer to
+        its advert made it step down, and its gratuitous ARP can land after ours. That claim
+        is answered at once (at most once per advert interval), whatever the foreign-host
+        budget says: the peer is about to stop answering for the VIP, so clients left on its
+        MAC would time out. Anything else is a foreign host (RFC 5227 §2.4 (b)): counted with
+        the VRRP claims, logged, and defended with one burst at most every DEFEND_INTERVAL."""
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # a new leader's announcement after we stepped down: the normal case
         if self.controller is None or not self.controller.bound:
@@ -687,6 +699,21 @@ class VrrpElection:
         self._claimed_at = now
         self._claims += 1
         metrics.DUPLICATE_CLAIMS.inc()
+        interval = self.machine.advert_interval
+        recent = self._vrrp_claim_at
+        if recent is not None and now - recent <= SPLIT_BRAIN_ADVERTS * interval:
+            answered = self._split_answered_at
+            if answered is None or now - answered >= interval:
+                self._split_answered_at = now
+                self.controller.announce()
+                vlog.event(
+                    self.log,
+                    logging.INFO,
+                    "re-announcing",
+                    reason="a lower-priority peer of our VRID announced the VIP",
+                    claimant_mac=mac,
+                )
+            return
         defend = self._defended_at is None or now - self._defended_at >= DEFEND_INTERVAL
         n = self._claims
         if defend or n & (n - 1) == 0:  # 1, 2, 4, 8, …: a storm cannot flood the log

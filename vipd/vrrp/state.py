@@ -37,7 +37,9 @@ The rules, with where they come from:
   gratuitous ARPs move the traffic.
 - ACTIVE (RFC 9568 §6.4.3, keepalived ``vrrp_state_master_rx``). Priority 0: advertise at once.
   Higher priority, or equal priority from a numerically greater address: step down. Lower (or
-  equal from a smaller address): advertise at once (RFC 9568 §6.4.3) and re-announce.
+  equal from a smaller address): advertise at once (RFC 9568 §6.4.3) and re-announce; the
+  first advert tick without another such advert (the other router stepped down) re-announces
+  once more, because its gratuitous ARP and ours crossed on the wire.
 - Shutdown (RFC 9568 §6.4.3 "Shutdown event"): an active router sends priority 0 so the
   backups take over after their skew instead of a full down interval.
 - Link down is a Shutdown event without the priority-0 advert (it cannot leave a down link);
@@ -280,6 +282,9 @@ class Machine:
         # preempt_delay window: started by the first lower-priority advert in this BACKUP
         # period, cleared by an advert of priority >= ours (keepalived "stop preempt delay").
         self._preempt_window_start: float | None = None
+        # ACTIVE: we answered a lower-priority advert and have not re-announced since the
+        # contest ended (see on_timer).
+        self._contested: tuple[IPAddress, int] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -420,7 +425,20 @@ class Machine:
             # RFC 9568 §6.4.3: Adver_Timer fired -> send an advert, restart the timer. When
             # the shell is late we restart from now rather than catching up in a burst.
             self.deadline = now + self.advert_interval
-            return [SendAdvert(self.priority)]
+            if self._contested is None:
+                return [SendAdvert(self.priority)]
+            # Every lower-priority advert restarts this timer, so a tick means a whole
+            # interval without one: the other router stepped down. Announce once more, so
+            # a gratuitous ARP it sent after ours (the two cross on the wire) cannot leave
+            # the clients on a MAC that no longer answers for the VIP.
+            src, prio = self._contested
+            self._contested = None
+            reason = (
+                f"lower-priority-advert: contest over, {src} (prio {prio}) quiet for "
+                f"{_fmt_s(self.advert_interval)} s; announcing once more"
+            )
+            self.last_reason = reason
+            return [SendAdvert(self.priority), Announce(reason)]
         # BACKUP: Master_Down_Timer fired (RFC 9568 §6.4.2) -> become active.
         reason = f"master-down: {self._down_details(now)}"
         self.state = State.ACTIVE
@@ -463,6 +481,7 @@ class Machine:
     # ------------------------------------------------------------------ internals
 
     def _enter_backup(self, now: float) -> None:
+        self._contested = None
         self.state = State.BACKUP
         self.state_since = now
         self._backup_since = now
@@ -538,6 +557,7 @@ class Machine:
                 "advertised at once to force a new election"
             )
             self.last_reason = reason
+            self._contested = (src, priority)
             # RFC 9568 §6.4.3 (new in RFC 9568 against RFC 5798): send an advert immediately so the
             # other router, which believes it is active, steps down now rather than at our
             # next periodic advert. Re-announce because it may have moved the traffic.
