@@ -12,6 +12,7 @@ logged and counted while the rest is still released).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Address
 from typing import Any
@@ -23,7 +24,7 @@ from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
 from vipd.preflight import HostLink, Preflight
 from vipd.vrrp import state
-from vipd.vrrp.driver import TIMER_SLACK, VrrpElection
+from vipd.vrrp.driver import CLAIM_SETTLE, TIMER_SLACK, VrrpElection
 
 VIP = IPv4Address("10.0.0.100")
 SELF = IPv4Address("10.0.0.11")
@@ -261,7 +262,9 @@ def test_a_split_brain_claim_is_answered_at_once_despite_the_defend_limit() -> N
         mark = len(n.events)
         n.wire.inject(advert(PEER, 100))  # the peer believes it is active
         await until(lambda: n.events.since(mark).count("garp") >= 1)
-        assert "advert:200" in n.events.since(mark)
+        assert n.events.since(mark) == ["garp"]  # make-before-break: announced first
+        n.timers.fire_next()
+        assert n.events.since(mark) == ["garp", "advert:200"]
         n.clock.now += 0.001
         mark = len(n.events)
         n.election._on_claim("02:00:00:00:00:12")  # its gratuitous ARP, after ours
@@ -281,3 +284,87 @@ def test_a_split_brain_claim_is_answered_at_once_despite_the_defend_limit() -> N
         await n.stopped()
 
     run(scenario, priority=200)
+
+
+def received_more_than(n: Node, count: int) -> bool:
+    return n.election.stats.adverts_received > count
+
+
+def fire_within(n: Node, horizon: float) -> None:
+    """Run every timer due within ``horizon`` seconds of the fake clock's now."""
+    end = n.clock.now + horizon
+    while (due := n.timers.next_due()) is not None and due < end:
+        n.timers.fire_next()
+
+
+async def lower_master_heard(n: Node, count: int = 3) -> None:
+    """A live lower-priority master's adverts, one a second, discarded by our backup."""
+    assert n.wire is not None
+    for i in range(count):
+        n.clock.now = 1000.0 + 1 + i
+        n.wire.inject(advert(PEER, 100))
+        await until(functools.partial(received_more_than, n, i))
+
+
+def test_preempting_a_live_master_binds_and_announces_before_the_advert() -> None:
+    """The order on the wire of a planned move: bind and gratuitous ARP, then the advert
+    that makes the old master step down (not a duration: the fake clock has none)."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await lower_master_heard(n)
+        mark = len(n.events)
+        n.timers.fire_next()  # the down timer: a takeover from a live master
+        assert n.election.machine.state is state.State.ACTIVE
+        assert n.events.since(mark) == ["bind", "garp"]
+        assert "make-before-break" in n.election.machine.last_reason
+        n.timers.fire_next()  # preempt_lead later
+        assert n.events.since(mark) == ["bind", "garp", "advert:200"]
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def test_a_foreign_claim_is_defended_only_if_we_still_lead_after_the_settle_time() -> None:
+    """A claim from a MAC we know nothing about is defended CLAIM_SETTLE later, so a
+    higher-priority node announcing before its preempting advert is not fought."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.clock.now += 5.0
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:99")
+        assert n.events.since(mark) == []  # not yet
+        n.wire.inject(advert(PEER, 254))  # its preempting advert: we step down
+        await until(lambda: n.election.machine.state is state.State.BACKUP)
+        fire_within(n, 0.1)
+        assert "garp" not in n.events.since(mark)
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_a_foreign_claim_is_defended_when_we_still_lead() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        n.clock.now += 5.0
+        mark = len(n.events)
+        t0 = n.clock.now
+        n.election._on_claim("02:00:00:00:00:99")
+        assert n.events.since(mark) == []
+        while "garp" not in n.events.since(mark):
+            n.timers.fire_next()
+            assert n.clock.now < t0 + 1.0, n.events.since(mark)
+        assert abs(n.clock.now - (t0 + CLAIM_SETTLE)) < 1e-9
+        n.election._on_claim("02:00:00:00:00:99")  # the RFC 5227 limit: once per 10 s
+        fire_within(n, 0.1)
+        assert n.events.since(mark).count("garp") == 1
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)

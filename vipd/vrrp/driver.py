@@ -10,9 +10,16 @@ as a `Transition` to the agent, which converges the host (``vipd.agent``,
 
 The takeover path, in order: the master-down timer is armed ``TIMER_SLACK`` early on the loop
 and finished precisely in ``_on_timer`` (waiting on the VRRP socket, so a better backup's
-advert still stops it); the machine answers ``SendAdvert`` then ``BecomeActive``: the advert
-leaves first (RFC 9568 §6.4.2, keepalived ``vrrp_state_goto_master``), then the agent binds
-the VIP and sends the first gratuitous ARP in the same call (``Controller.set_leader``).
+advert still stops it). With the old master presumed dead the machine answers ``SendAdvert``
+then ``BecomeActive``: the advert leaves first (RFC 9568 §6.4.2, keepalived
+``vrrp_state_goto_master``), then the agent binds the VIP and sends the first gratuitous ARP
+in the same call (``Controller.set_leader``). Preempting a live master is make-before-break:
+``BecomeActive`` (bind, gratuitous ARP) now, the advert ``preempt_lead`` later from the
+machine's own timer, so the clients have moved before the old master steps down on it; an
+Active answering a lower-priority master does the same (``Announce``, then the advert). A
+vipd old master's claim watch waits ``CLAIM_SETTLE`` before defending against a foreign
+claim, so it does not pull the clients back in between (docs/design/vrrp.md, "Order of
+events on a move").
 
 Resigning (SIGTERM, crash): a priority-0 advert (RFC 9568 §6.4.3), then the VIP stays bound
 (quiet) until the successor's first advert is heard or no backup can still come
@@ -60,6 +67,11 @@ DEFEND_INTERVAL = 10.0
 # A claim within this many advert intervals of a lower-priority advert of our own VRID is
 # that peer's split brain, not a foreign host: answered at once (once per advert interval).
 SPLIT_BRAIN_ADVERTS = 3
+# A foreign claim is defended this long after it is seen, if we still lead then: a returning
+# higher-priority node announces first and advertises a preempt_lead later
+# (make-before-break), and our defence must not pull the clients back in between. Also how
+# long after becoming active a claim is expected (the old master's last ARP replies).
+CLAIM_SETTLE = 0.02
 # Peers remembered for the status document (multicast: anyone on our VRID could show up).
 MAX_PEERS = 64
 ROLE_OF_STATE = {
@@ -188,6 +200,7 @@ class VrrpElection:
         self._claimed_at: float | None = None  # last advert claiming the VIP while we held it
         self._vrrp_claim_at: float | None = None  # last lower-priority advert while we led
         self._split_answered_at: float | None = None  # last answer to a split-brain claim
+        self._defence: Timer | None = None  # a foreign claim's defence, CLAIM_SETTLE later
         self._claims = 0
         self._master_advert_at: float | None = None  # the followed master's last advert
         self._send_error: str | None = None  # the last advert send failure, until one succeeds
@@ -312,6 +325,9 @@ class VrrpElection:
             # The election is over for this run: no timer may fire into the stop path. The
             # socket stays open: resign() listens on it for the successor.
             self._cancel_timer()
+            if self._defence is not None:
+                self._defence.cancel()
+                self._defence = None
 
     # -- the election port: events ---------------------------------------------------------
 
@@ -554,13 +570,13 @@ class VrrpElection:
         # is the takeover itself, so it is armed a little early and finished precisely
         # in _on_timer; the Active's advert timer needs no such care.
         early = TIMER_SLACK if self.machine.state is state.State.BACKUP else 0.0
-        delay = max(0.0, deadline - self.clock() - early)
+        self._timer = self._later(max(0.0, deadline - self.clock() - early), self._on_timer)
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        """``fn`` on the loop ``delay`` seconds from now (the fake timers in the unit tests)."""
         if self._call_later is not None:
-            self._timer = self._call_later(delay, lambda: self._guarded(self._on_timer))
-        else:
-            self._timer = asyncio.get_running_loop().call_later(
-                delay, self._guarded, self._on_timer
-            )
+            return self._call_later(delay, lambda: self._guarded(fn))
+        return asyncio.get_running_loop().call_later(delay, self._guarded, fn)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
@@ -690,18 +706,23 @@ class VrrpElection:
         is answered at once (at most once per advert interval), whatever the foreign-host
         budget says: the peer is about to stop answering for the VIP, so clients left on its
         MAC would time out. Anything else is a foreign host (RFC 5227 §2.4 (b)): counted with
-        the VRRP claims, logged, and defended with one burst at most every DEFEND_INTERVAL."""
+        the VRRP claims, logged, and defended with one burst at most every DEFEND_INTERVAL,
+        CLAIM_SETTLE after it was seen and only if we still lead then: a returning
+        higher-priority node announces before its preempting advert."""
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # a new leader's announcement after we stepped down: the normal case
         if self.controller is None or not self.controller.bound:
             return
         now = self.clock()
-        self._claimed_at = now
-        self._claims += 1
-        metrics.DUPLICATE_CLAIMS.inc()
-        interval = self.machine.advert_interval
+        m = self.machine
+        if m.lead_pending or (m.state_since is not None and now - m.state_since < CLAIM_SETTLE):
+            # We are taking over from a live master, which answers until our advert reaches
+            # it (make-before-break): its replies are expected, not a claim.
+            return
+        interval = m.advert_interval
         recent = self._vrrp_claim_at
         if recent is not None and now - recent <= SPLIT_BRAIN_ADVERTS * interval:
+            self._count_claim(now)
             answered = self._split_answered_at
             if answered is None or now - answered >= interval:
                 self._split_answered_at = now
@@ -714,6 +735,23 @@ class VrrpElection:
                     claimant_mac=mac,
                 )
             return
+        if self._defence is None:
+            self._defence = self._later(CLAIM_SETTLE, lambda: self._foreign_claim(mac))
+
+    def _count_claim(self, now: float) -> None:
+        self._claimed_at = now
+        self._claims += 1
+        metrics.DUPLICATE_CLAIMS.inc()
+
+    def _foreign_claim(self, mac: str) -> None:
+        """CLAIM_SETTLE after a foreign claim: still leading, so not a preempting peer."""
+        self._defence = None
+        if self.machine.state is not state.State.ACTIVE or self._handover is not None:
+            return  # it was a higher-priority node moving the clients before its advert
+        if self.controller is None or not self.controller.bound:
+            return
+        now = self.clock()
+        self._count_claim(now)
         defend = self._defended_at is None or now - self._defended_at >= DEFEND_INTERVAL
         n = self._claims
         if defend or n & (n - 1) == 0:  # 1, 2, 4, 8, …: a storm cannot flood the log
