@@ -394,6 +394,16 @@ def test_preempting_a_live_master_announces_first_and_advertises_after_the_lead(
     assert m.deadline == due + LEAD + 1.0
 
 
+def test_after_a_priority_0_advert_the_announcement_goes_first_in_the_same_call() -> None:
+    m = started(params(150, ip=1))
+    m.on_advert(1.0, v4(2), 200, 100)
+    m.on_advert(1.5, v4(2), 0, 100)
+    assert m.deadline == 1.5 + skew_time(3, 150, 100)
+    actions = m.on_timer(m.deadline)
+    assert actions == [BecomeActive(m.last_reason), SendAdvert(150)]
+    assert m.deadline == 1.5 + skew_time(3, 150, 100) + 1.0
+
+
 def test_taking_over_from_a_dead_master_keeps_the_rfc_order() -> None:
     m = started(params(200, ip=1))
     m.on_advert(0.5, v4(2), 100, 100)  # discarded, then the master dies

@@ -368,3 +368,48 @@ def test_a_foreign_claim_is_defended_when_we_still_lead() -> None:
         await n.stopped()
 
     run(scenario)
+
+
+def test_after_a_priority_0_advert_the_announcement_precedes_our_advert() -> None:
+    """The old master resigned and releases the VIP when it hears our advert: our gratuitous
+    ARP must already be out then, so the clients never wait on us between the two."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        assert n.wire is not None
+        n.clock.now = 1001.0
+        n.wire.inject(advert(PEER, 200))  # the master
+        await until(functools.partial(received_more_than, n, 0))
+        n.clock.now = 1001.5
+        n.wire.inject(advert(PEER, 0))  # it resigns
+        await until(functools.partial(received_more_than, n, 1))
+        mark = len(n.events)
+        n.timers.fire_next()  # Skew_Time later
+        assert n.election.machine.state is state.State.ACTIVE
+        assert n.events.since(mark) == ["bind", "garp", "advert:100"]
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_a_stopping_leader_releases_after_the_successors_announcement() -> None:
+    """A keepalived successor advertises before it announces: the resigned leader keeps the
+    VIP until the announcement is seen too (bounded by CLAIM_SETTLE)."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None and n.host.address is not None
+        n.election._sees_claims = lambda: True  # type: ignore[method-assign]
+        mark = len(n.events)
+        n.stop.set()
+        await until(lambda: "advert:0" in n.events.since(mark))
+        n.wire.inject(advert(PEER, 150))  # the successor's advert, its ARP not yet seen
+        await asyncio.sleep(0.005)
+        assert n.host.address.present  # still waiting for the announcement
+        n.election._on_claim("02:00:00:00:00:12")
+        assert await n.stopped() == EXIT_OK
+        assert n.events.since(mark) == ["advert:0", "unbind"]
+
+    run(scenario)

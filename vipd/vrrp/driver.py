@@ -188,6 +188,7 @@ class VrrpElection:
         self.link_up = False
         self._defended_at: float | None = None
         self._handover: asyncio.Event | None = None
+        self._announced: asyncio.Event | None = None  # stopping: another MAC announced the VIP
         self._successor: IPAddress | None = None
         self._was_active = False
         # The slowest possible successor is a priority-1 backup, Skew_Time(1) after our
@@ -394,6 +395,7 @@ class VrrpElection:
         for action in self.machine.shutdown(now):
             if isinstance(action, state.SendAdvert):
                 self._handover = asyncio.Event()
+                self._announced = asyncio.Event()
                 self._send_advert(action.priority)
                 resigned = True
             elif isinstance(action, state.BecomeBackup):
@@ -404,13 +406,6 @@ class VrrpElection:
         started = time.monotonic()
         try:
             await asyncio.wait_for(self._handover.wait(), self.handover_bound)
-            vlog.event(
-                self.log,
-                logging.INFO,
-                "new leader heard: releasing the VIP",
-                after_s=round(time.monotonic() - started, 6),
-                leader=self._successor,
-            )
         except TimeoutError:
             vlog.event(
                 self.log,
@@ -418,6 +413,29 @@ class VrrpElection:
                 "no new leader heard: releasing the VIP",
                 waited_s=self.handover_bound,
             )
+            return
+        # A vipd successor announces before it advertises, so its gratuitous ARP is usually
+        # in already; keepalived advertises first (vrrp_state_goto_master). Either way the
+        # clients move on the announcement: wait for it (bounded) before letting go.
+        announced: bool | None = None
+        if self._sees_claims() and self._announced is not None:
+            try:
+                await asyncio.wait_for(self._announced.wait(), CLAIM_SETTLE)
+                announced = True
+            except TimeoutError:
+                announced = False
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "new leader heard: releasing the VIP",
+            after_s=round(time.monotonic() - started, 6),
+            leader=self._successor,
+            announcement_seen=announced,
+        )
+
+    def _sees_claims(self) -> bool:
+        """Whether another node's announcement of the VIP reaches us (IPv4's claim watch)."""
+        return self.claimwatch is not None
 
     async def close(self) -> None:
         """Sockets, watches and the virtual MAC link; each failure is raised after the rest
@@ -709,6 +727,9 @@ class VrrpElection:
         the VRRP claims, logged, and defended with one burst at most every DEFEND_INTERVAL,
         CLAIM_SETTLE after it was seen and only if we still lead then: a returning
         higher-priority node announces before its preempting advert."""
+        if self._announced is not None:
+            self._announced.set()  # stopping: the successor's announcement (see resign)
+            return
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # a new leader's announcement after we stepped down: the normal case
         if self.controller is None or not self.controller.bound:

@@ -38,7 +38,9 @@ The rules, with where they come from:
   netlink used once). Bounded: the takeover comes at most ``max(startup_hold,
   startup_adverts x interval)`` after the start, or at Master_Down_Interval if that is later
   (at 1 s adverts it always is: no delay); a lone node or a dead master is not held.
-- Down timer expiry, two orders. The old master presumed dead (no advert of it in the last
+- Down timer expiry, three orders. After a priority-0 advert the old master waits (quiet,
+  VIP still bound) for our advert: bind and announce, then the advert, in the same call.
+  The old master presumed dead (no advert of it in the last
   two intervals): send one advert FIRST, then become active (RFC 9568 §6.4.2, keepalived
   ``vrrp_state_goto_master``): the advert stops any other backup's takeover at once, and
   there is nobody to move clients away from. Preemption of a live lower-priority master
@@ -492,6 +494,7 @@ class Machine:
         held = self._startup_heard is not None and now > self._backup_since + self.mdi
         self._startup_heard = None
         lead = self.params.preempt_lead if live else 0.0
+        released = self._released is not None
         details = self._down_details(now)
         if live and held:
             details += (
@@ -511,6 +514,13 @@ class Machine:
         self._released = None
         self._discarded = None
         self._preempt_window_start = None
+        if released:
+            # The old master resigned and keeps the VIP (quiet) until it hears our advert:
+            # the announcement goes out just before it, in the same call, so the clients
+            # never wait on a descheduled process between the two. No lead: the other
+            # backups' skew timers are running, and only our advert stops them.
+            self.deadline = now + self.advert_interval
+            return [BecomeActive(reason), SendAdvert(self.priority)]
         if not live:
             # RFC order: the advert first. The old master is presumed dead, so there are no
             # clients to keep; the advert stops the other backups' timers at once.
