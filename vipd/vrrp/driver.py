@@ -22,9 +22,11 @@ claim, so it does not pull the clients back in between (docs/design/vrrp.md, "Or
 events on a move").
 
 Resigning (SIGTERM, crash): a priority-0 advert (RFC 9568 §6.4.3), then the VIP stays bound
-(quiet) until the successor's first advert is heard or no backup can still come
-(``handover_bound``): make-before-break. With ``election.vrrp.vmac`` the VIP, the adverts and
-the gratuitous ARP use a macvlan with the virtual MAC (RFC 9568 §7.3), made in ``prepare``.
+(quiet) until the successor's first advert is heard and its announcement seen, or no backup
+can still come (``handover_bound``): make-before-break. The successor, after a priority-0
+advert, binds and announces before its advert, in the same call. With ``election.vrrp.vmac``
+the VIP, the adverts and the gratuitous ARP use a macvlan with the virtual MAC (RFC 9568
+§7.3), made in ``prepare``.
 
 What it must not do: decide anything itself (``vrrp.state`` decides), decode packets
 (``vrrp.packet``), touch the VIP (the agent's controller does), or let a malformed packet
@@ -380,9 +382,10 @@ class VrrpElection:
         """Priority 0 first so a backup starts its Skew timer; keep the VIP until it is heard.
 
         Make-before-break: a leader keeps the VIP bound (without announcing it again) until it
-        hears the new leader's first advert, which that node sends just before it binds the VIP
-        and announces it, or until no backup can still be coming (``handover_bound``). Clients
-        keep being answered here until the ARP announcement moves them, so a stop costs them
+        hears the new leader's first advert and (IPv4) sees its announcement, at most
+        CLAIM_SETTLE after the advert (a vipd successor announces just before it advertises,
+        keepalived just after), or until no backup can still be coming (``handover_bound``).
+        Clients keep being answered here until the ARP announcement moves them, so a stop costs them
         next to nothing instead of a whole Skew_Time. ``graceful`` makes no difference: a
         crashed leader hands over the same way.
         """
