@@ -413,3 +413,26 @@ def test_a_stopping_leader_releases_after_the_successors_announcement() -> None:
         assert n.events.since(mark) == ["advert:0", "unbind"]
 
     run(scenario)
+
+
+def test_a_split_brain_claim_inside_our_lead_window_is_answered_at_once() -> None:
+    """The other router's gratuitous ARP lands between our announcement and our advert (the
+    lead): it is the split brain's, answered at once, not ignored as a preemption's."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.clock.now += 5.0
+        mark = len(n.events)
+        n.wire.inject(advert(PEER, 100))
+        await until(lambda: "garp" in n.events.since(mark))
+        assert n.election.machine.lead_pending
+        n.election._on_claim("02:00:00:00:00:12")
+        assert n.events.since(mark) == ["garp", "garp"]
+        n.timers.fire_next()
+        assert n.events.since(mark) == ["garp", "garp", "advert:200"]
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)

@@ -739,13 +739,11 @@ class VrrpElection:
             return
         now = self.clock()
         m = self.machine
-        if m.lead_pending or (m.state_since is not None and now - m.state_since < CLAIM_SETTLE):
-            # We are taking over from a live master, which answers until our advert reaches
-            # it (make-before-break): its replies are expected, not a claim.
-            return
         interval = m.advert_interval
         recent = self._vrrp_claim_at
         if recent is not None and now - recent <= SPLIT_BRAIN_ADVERTS * interval:
+            # First, also inside our own lead window: that is exactly when the other
+            # router's announcement, sent just before our answer reached it, lands.
             self._count_claim(now)
             answered = self._split_answered_at
             if answered is None or now - answered >= interval:
@@ -758,6 +756,10 @@ class VrrpElection:
                     reason="a lower-priority peer of our VRID announced the VIP",
                     claimant_mac=mac,
                 )
+            return
+        if m.lead_pending or (m.state_since is not None and now - m.state_since < CLAIM_SETTLE):
+            # We are taking over from a live master, which answers until our advert reaches
+            # it (make-before-break): its replies are expected, not a claim.
             return
         if self._defence is None:
             self._defence = self._later(CLAIM_SETTLE, lambda: self._foreign_claim(mac))
