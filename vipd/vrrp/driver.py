@@ -528,6 +528,10 @@ class VrrpElection:
     # -- the machine's actions -----------------------------------------------------------
 
     def _apply(self, actions: list[state.Action], now: float) -> None:
+        # The log lines wait until every action is out: an advert that follows a takeover's
+        # announcement in the same call (after a priority-0 advert) is what stops the other
+        # backups' skew timers, and a log write is the slowest thing here.
+        lines: list[tuple[str, str]] = []
         for action in actions:
             if isinstance(action, state.SendAdvert):
                 self._send_advert(action.priority)
@@ -535,11 +539,16 @@ class VrrpElection:
                 word = "active" if isinstance(action, state.BecomeActive) else "backup"
                 self.stats.transitions[word] += 1
                 self._emit(action.reason, now)
-                self._log_transition(word, action.reason)
+                lines.append((word, action.reason))
             elif isinstance(action, state.Announce):
                 if self.controller is not None:
                     self.controller.announce()
-                vlog.event(self.log, logging.INFO, "re-announcing", reason=action.reason)
+                lines.append(("", action.reason))
+        for word, reason in lines:
+            if word:
+                self._log_transition(word, reason)
+            else:
+                vlog.event(self.log, logging.INFO, "re-announcing", reason=reason)
         self._rearm()
         m = self.machine
         if (m.master_ip, m.master_priority, m.priority) != self._master_seen:
