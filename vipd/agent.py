@@ -49,13 +49,13 @@ from vipd.host.address import AddressActuator
 from vipd.host.announce import Announcer
 from vipd.host.linkwatch import LinkWatch
 from vipd.host.neighbor import announcement, parse_mac
-from vipd.ipvs.runtime import IpvsRuntime
 from vipd.preflight import Preflight
 from vipd.track import Adjustment
 from vipd.tracking import TrackChecker
 
 if TYPE_CHECKING:
     from vipd.endpoint.server import Endpoint
+    from vipd.ipvs.runtime import IpvsRuntime
 
 EXIT_OK = 0
 EXIT_CRASH = 1
@@ -426,6 +426,9 @@ class Agent:
             if self.health is not None:
                 self.health.start()
                 if self.cfg.ipvs.enabled:
+                    # Only IPVS nodes pay for its modules (and their Kubernetes client).
+                    from vipd.ipvs.runtime import IpvsRuntime
+
                     self.ipvs = IpvsRuntime(self.cfg, self.pre.source, self.log)
                     self.ipvs.start(self.health, self.controller.leader)
                     self.controller.follow(self.ipvs)

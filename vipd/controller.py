@@ -17,6 +17,7 @@ non-blocking kernel request.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -218,7 +219,13 @@ class Controller:
                 announced - takeover.decided
             )
         metrics.VIP_CHANGES.labels(op="add").inc()
-        vlog.event(self.log, logging.INFO, "VIP bound and announced", **fields)
+        # Logged on the loop's next turn: the caller may still have an advert to send in
+        # this one (the takeover after a priority-0 advert announces, then advertises).
+        loop.call_soon(
+            functools.partial(
+                vlog.event, self.log, logging.INFO, "VIP bound and announced", **fields
+            )
+        )
 
     def _schedule_followups(self, loop: asyncio.AbstractEventLoop) -> None:
         self._cancel_timers()

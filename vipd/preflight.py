@@ -37,7 +37,14 @@ from __future__ import annotations
 import errno
 from collections.abc import Iterable
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Interface, IPv6Address, IPv6Interface, ip_interface
+from ipaddress import (
+    IPv4Address,
+    IPv4Interface,
+    IPv6Address,
+    IPv6Interface,
+    ip_address,
+    ip_interface,
+)
 
 from vipd.config import Config, ConfigError
 from vipd.host import vmac
@@ -352,12 +359,16 @@ def read_host(netns: str | None = None) -> HostView:
     """Dump links and addresses over rtnetlink (in network namespace ``netns`` if given).
 
     Read-only and needs no privileges. A ``netns`` that doesn't exist is FileNotFoundError;
-    it is never created (pyroute2's IPRoute creates a missing one unless flags=0).
+    it is never created (pyroute2's IPRoute creates a missing one unless flags=0). Our own
+    namespace is read with ``vipd.host.rtnl`` on a plain socket; another one (the lab, the
+    tests) through pyroute2, which knows how to enter it.
     """
+    if netns is None:
+        return _read_own_host()
     # Imported here so the pure checks above (and their tests) don't load pyroute2.
     from pyroute2 import IPRoute
 
-    kwargs: dict[str, object] = {} if netns is None else {"netns": netns, "flags": 0}
+    kwargs: dict[str, object] = {"netns": netns, "flags": 0}
     try:
         ipr = IPRoute(**kwargs)
     except FileNotFoundError:
@@ -393,6 +404,49 @@ def read_host(netns: str | None = None) -> HostView:
                 loopback=bool(msg["flags"] & IFF_LOOPBACK),
                 mac=str(msg.get_attr("IFLA_ADDRESS") or "").lower(),
                 addresses=tuple(by_index.get(index, ())),
+            )
+        )
+    return HostView(links=tuple(links))
+
+
+def _read_own_host() -> HostView:
+    """``read_host`` for our own network namespace, without pyroute2."""
+    import socket
+
+    from vipd.host import rtnl
+
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+        sock.settimeout(2.0)
+        sock.bind((0, 0))
+        link_msgs = rtnl.dump(sock, rtnl.link_dump_request(1))
+        addr_msgs = rtnl.dump(
+            sock,
+            rtnl.address_request(
+                rtnl.RTM_GETADDR, rtnl.NLM_F_REQUEST | rtnl.NLM_F_DUMP, 2, family=socket.AF_UNSPEC
+            ),
+        )
+    by_index: dict[int, list[HostAddress]] = {}
+    for raw in addr_msgs:
+        rec = rtnl.parse_address(raw)
+        if rec is None or rec.address is None:
+            continue
+        ip = ip_address(rec.address)
+        by_index.setdefault(rec.index, []).append(
+            HostAddress(address=ip_interface(f"{ip}/{rec.prefixlen}"), flags=rec.flags)
+        )
+    links = []
+    for raw in link_msgs:
+        link = rtnl.parse_link(raw)
+        if link is None:
+            continue
+        links.append(
+            HostLink(
+                name=link.name,
+                index=link.index,
+                up=bool(link.flags & IFF_UP),
+                loopback=bool(link.flags & IFF_LOOPBACK),
+                mac=link.mac,
+                addresses=tuple(by_index.get(link.index, ())),
             )
         )
     return HostView(links=tuple(links))

@@ -10,7 +10,8 @@ unicast, and multicast with ``auth_type PASS`` on both sides). Each scenario wal
    have taken over by then: a malformed advert makes keepalived go MASTER silently);
 2. H dies (link down + SIGKILL, ``faults.kill``): L takes over within its
    Master_Down_Interval = 3 x Adv + Skew (+0.5 s), timed wire to wire from tcpdump;
-3. H comes back and preempts: L stops advertising as soon as H's first advert is out;
+3. H comes back and preempts: L stops advertising as soon as H's first advert is out; a vipd
+   H's gratuitous ARP is on the wire before that advert (make-before-break; IPv4 modes);
 4. H gets SIGTERM: its priority-0 advert makes L take over after about L's Skew_Time.
 
 Why: vipd replaces keepalived node by node, so mixed clusters exist during every migration, and
@@ -195,7 +196,7 @@ class Pair:
         self.low = make_daemon(low_kind, lab, n2, spec_of.get(low_kind, self.spec))
         self.high.priority, self.low.priority = HIGH_PRIORITY, LOW_PRIORITY
         self.rigs = {d.node.name: NodeRig(d.node, d) for d in (self.high, self.low)}
-        self.capture = Capture(lab, [n1, n2])
+        self.capture = Capture(lab, [n1, n2], arp=self.spec.family == 4)
         self.t0 = time.time()
         self.earlier_logs: dict[str, list[str]] = {"n1": [], "n2": []}  # previous starts
 
@@ -446,6 +447,19 @@ def run_life_cycle(pair: Pair) -> dict[str, float]:
     )
     before = pair.adverts(lo, until=first_h.ts, prio="live")
     got["preempt_low_last_advert_to_high_first"] = first_h.ts - before[-1].ts if before else -1.0
+    if spec.family == 4:
+        # The order on the wire. vipd preempting a live master is make-before-break: its
+        # gratuitous ARP is out before the advert that makes the old master step down.
+        # keepalived advertises first (vrrp_state_goto_master): recorded, not asserted.
+        garps = [ts for ts, who in pair.capture.gratuitous_arps(pair.vip) if who == h.node.name]
+        first_garp = next((ts for ts in garps if ts > t_restore), None)
+        assert first_garp is not None, f"no gratuitous ARP from {h.kind} after it returned"
+        got["preempt_garp_before_advert"] = first_h.ts - first_garp
+        if h.kind == "vipd":
+            assert first_garp < first_h.ts, (
+                f"vipd's preempting advert left {first_garp - first_h.ts:.6f} s before its "
+                "gratuitous ARP: break-before-make"
+            )
     pair.steady(h, lo, mdi_lo + 0.6, since=first_h.ts + PREEMPT_SLACK)
 
     # 4. SIGTERM to H: priority-0 advert, L takes over after its Skew_Time.

@@ -56,3 +56,16 @@ def test_announcement_picks_the_family() -> None:
 def test_parse_mac_rejects_garbage(bad: str) -> None:
     with pytest.raises(ValueError, match="not a MAC"):
         parse_mac(bad)
+
+
+def test_the_lab_capture_reads_back_our_gratuitous_arp_and_nothing_else() -> None:
+    """vipd.lab.wire reads the order of announcements off the bridge: it must recognise the
+    frame vipd sends, and not an ARP request (sender and target addresses differ)."""
+    from vipd.lab.wire import gratuitous_arp as read_back
+
+    vip = IPv4Address("10.0.0.100")
+    frame = gratuitous_arp(MAC, vip)
+    assert read_back(frame) == vip
+    request = frame[:38] + IPv4Address("10.0.0.1").packed + frame[42:]
+    assert read_back(request) is None
+    assert read_back(frame[:30]) is None

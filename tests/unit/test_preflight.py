@@ -396,3 +396,21 @@ def test_lease_mode_has_no_vrrp_section_to_read() -> None:
     pre = check_host(c, host(eth0))
     assert pre.link == eth0 and pre.stale_vip is True
     assert pre.unicast_peers == ()
+
+
+def test_read_host_without_pyroute2_reads_what_pyroute2_reads() -> None:
+    """Our own namespace is read with vipd.host.rtnl; another one through pyroute2. Both
+    readings of this host must agree, link by link and address by address."""
+    from pyroute2 import IPRoute
+
+    import vipd.preflight as pf
+
+    light = read_host()
+    with IPRoute() as ipr:
+        names = {int(m["index"]): m.get_attr("IFLA_IFNAME") for m in ipr.get_links()}
+    assert {link.index: link.name for link in light.links} == names
+    # The pyroute2 path, pointed at our own namespace through /proc/self/ns/net.
+    heavy = pf.read_host("/proc/self/ns/net")
+    assert sorted(light.links, key=lambda link: link.index) == sorted(
+        heavy.links, key=lambda link: link.index
+    )

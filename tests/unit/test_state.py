@@ -38,6 +38,7 @@ from vipd.vrrp.state import (
 )
 
 LAT = DEFAULT_LATENCY
+LEAD = Params(3, 100, 100, IPv4Address("10.0.0.1")).preempt_lead  # make-before-break
 
 
 def v4(last: int) -> IPv4Address:
@@ -52,8 +53,14 @@ def params(
     ip: int = 1,
     preempt: bool = True,
     preempt_delay: float = 0.0,
+    preempt_lead: float = LEAD,
+    startup_hold: float = 0.0,  # the start-up hold has tests of its own
+    startup_adverts: int = 0,
 ) -> Params:
-    return Params(version, priority, interval_cs, v4(ip), preempt, preempt_delay)
+    return Params(
+        version, priority, interval_cs, v4(ip), preempt, preempt_delay, preempt_lead,
+        startup_hold, startup_adverts,
+    )  # fmt: skip
 
 
 def started(p: Params, now: float = 0.0) -> Machine:
@@ -362,18 +369,123 @@ def test_v2_backup_does_not_learn_interval() -> None:
 def test_active_lower_priority_advert_advertises_at_once_and_announces() -> None:
     m = active(params(150, ip=5), now=10.0)
     actions = m.on_advert(10.3, v4(9), 100, 100)
-    assert actions == [SendAdvert(150), Announce(m.last_reason)]
+    # Make-before-break: the announcement first, the advert LEAD later.
+    assert actions == [Announce(m.last_reason)]
+    assert m.deadline == 10.3 + LEAD
+    assert m.on_advert(10.3005, v4(9), 100, 100) == []  # the advert is already due
+    assert m.on_timer(10.3 + LEAD) == [SendAdvert(150)]
     assert state_of(m) is State.ACTIVE
-    assert m.deadline == 10.3 + 1.0
+    assert m.deadline == 10.3 + LEAD + 1.0
     assert reason_label(m.last_reason) == "lower-priority-advert"
     assert "from 10.0.0.9 with lower priority 100, ours 150" in m.last_reason
+
+
+def test_preempting_a_live_master_announces_first_and_advertises_after_the_lead() -> None:
+    m = started(params(200, ip=1))
+    for t in (1.0, 2.0, 3.0):
+        m.on_advert(t, v4(2), 100, 100)  # a live lower-priority master, discarded
+    assert m.deadline is not None
+    due = m.deadline
+    actions = m.on_timer(due)
+    assert actions == [BecomeActive(m.last_reason)]  # bind and announce, no advert yet
+    assert "make-before-break" in m.last_reason
+    assert m.deadline == due + LEAD
+    assert m.on_timer(due + LEAD) == [SendAdvert(200)]
+    assert m.deadline == due + LEAD + 1.0
+
+
+def test_after_a_priority_0_advert_the_announcement_goes_first_in_the_same_call() -> None:
+    m = started(params(150, ip=1))
+    m.on_advert(1.0, v4(2), 200, 100)
+    m.on_advert(1.5, v4(2), 0, 100)
+    assert m.deadline == 1.5 + skew_time(3, 150, 100)
+    actions = m.on_timer(m.deadline)
+    assert actions == [BecomeActive(m.last_reason), SendAdvert(150)]
+    assert m.deadline == 1.5 + skew_time(3, 150, 100) + 1.0
+
+
+def test_taking_over_from_a_dead_master_keeps_the_rfc_order() -> None:
+    m = started(params(200, ip=1))
+    m.on_advert(0.5, v4(2), 100, 100)  # discarded, then the master dies
+    assert m.deadline is not None
+    actions = m.on_timer(m.deadline)
+    assert actions == [SendAdvert(200), BecomeActive(m.last_reason)]
+    assert "make-before-break" not in m.last_reason
+
+
+def test_a_zero_lead_still_puts_the_announcement_before_the_advert() -> None:
+    m = started(params(200, ip=1, preempt_lead=0.0))
+    for t in (1.0, 2.0, 3.0):
+        m.on_advert(t, v4(2), 100, 100)
+    assert m.deadline is not None
+    assert m.on_timer(m.deadline) == [BecomeActive(m.last_reason), SendAdvert(200)]
+    assert m.on_advert(4.0, v4(2), 100, 100) == [Announce(m.last_reason), SendAdvert(200)]
+
+
+def test_a_fresh_start_does_not_preempt_a_live_master_before_the_hold_ends() -> None:
+    """0.1 s adverts: Master_Down_Interval 0.32 s, shorter than the 0.5 s start-up hold."""
+    m = started(params(200, ip=1, interval_cs=10, startup_hold=0.5, startup_adverts=3))
+    mdi = mdi3(200, 10)
+    for i in range(1, 4):
+        m.on_advert(i * 0.1, v4(2), 100, 10)  # discarded: the down timer is the start's
+    assert m.deadline == mdi
+    assert m.on_timer(mdi) == []  # a live master, and we started 0.32 s ago: held
+    assert m.deadline == 0.5
+    m.on_advert(0.4, v4(2), 100, 10)
+    m.on_advert(0.5, v4(2), 100, 10)
+    assert m.on_timer(0.5) == [BecomeActive(m.last_reason)]  # make-before-break
+    assert "held after start for 0.5 s" in m.last_reason
+
+
+def test_the_start_up_hold_also_waits_for_adverts_heard() -> None:
+    m = started(params(200, ip=1, interval_cs=10, startup_hold=0.0, startup_adverts=5))
+    for i in range(1, 4):
+        m.on_advert(i * 0.1, v4(2), 100, 10)
+    assert m.on_timer(mdi3(200, 10)) == []  # 3 of 5 heard
+    assert m.deadline == mdi3(200, 10) + 0.1
+    m.on_advert(0.4, v4(2), 100, 10)
+    m.on_advert(0.5, v4(2), 100, 10)
+    assert m.deadline is not None
+    assert m.on_timer(m.deadline) == [BecomeActive(m.last_reason)]
+
+
+def test_the_start_up_hold_never_delays_a_lone_node_or_a_dead_master() -> None:
+    lone = started(params(200, ip=1, interval_cs=10, startup_hold=0.5, startup_adverts=3))
+    assert lone.on_timer(mdi3(200, 10)) == [SendAdvert(200), BecomeActive(lone.last_reason)]
+    dead = started(params(200, ip=1, interval_cs=10, startup_hold=0.5, startup_adverts=3))
+    dead.on_advert(0.01, v4(2), 100, 10)  # heard once, then silent
+    assert dead.on_timer(mdi3(200, 10)) == [SendAdvert(200), BecomeActive(dead.last_reason)]
+
+
+def test_the_start_up_hold_adds_nothing_at_one_second_adverts() -> None:
+    m = Machine(Params(3, 200, 100, v4(1)))  # the defaults: 0.5 s, 3 adverts
+    m.start(0.0)
+    for t in (0.5, 1.5, 2.5):
+        m.on_advert(t, v4(2), 100, 100)
+    assert m.on_timer(mdi3(200)) == [BecomeActive(m.last_reason)]
+    assert "held after start" not in m.last_reason
+
+
+def test_the_end_of_a_contest_is_announced_once_more() -> None:
+    """Each lower-priority advert restarts the advert timer; the first tick without one is
+    the other router gone quiet: one more announcement, then plain adverts again."""
+    m = active(params(150, ip=5), now=10.0)
+    m.on_advert(10.3, v4(9), 100, 100)
+    assert m.on_timer(10.3 + LEAD) == [SendAdvert(150)]
+    m.on_advert(10.8, v4(9), 100, 100)  # still contesting: no plain tick in between
+    assert m.on_timer(10.8 + LEAD) == [SendAdvert(150)]
+    assert m.deadline == 10.8 + LEAD + 1.0
+    actions = m.on_timer(11.8 + LEAD)
+    assert actions == [SendAdvert(150), Announce(m.last_reason)]
+    assert "contest over, 10.0.0.9 (prio 100)" in m.last_reason
+    assert m.on_timer(12.8 + LEAD) == [SendAdvert(150)]
 
 
 def test_active_equal_priority_tie_break_by_address() -> None:
     m = active(params(100, ip=10), now=0.0)
     # 10.0.0.9 < 10.0.0.10 numerically (a string compare would say the opposite).
     actions = m.on_advert(0.5, v4(9), 100, 100)
-    assert actions[0] == SendAdvert(100) and isinstance(actions[1], Announce)
+    assert len(actions) == 1 and isinstance(actions[0], Announce)
     assert state_of(m) is State.ACTIVE
     actions = m.on_advert(0.6, v4(11), 100, 100)
     assert actions == [BecomeBackup(m.last_reason)]
@@ -646,11 +758,11 @@ def test_returning_higher_priority_node_preempts_after_its_mdi() -> None:
     # a discards b's lower-priority adverts, so its start-up down timer simply runs out.
     back = 20.0 + mdi3(200)
     assert became_active(lan, "a") == [mdi3(200), back]
-    assert became_backup(lan, "b") == [back + LAT]
+    # Make-before-break: a binds and announces, advertises LEAD later; b steps down on it.
+    assert became_backup(lan, "b") == [back + LEAD + LAT]
     assert lan.active_nodes() == {"a"}
-    # Preemption overlaps for one delivery: a's first advert is what makes b step down.
-    assert lan.multi_active_periods() == [(back, back + LAT, frozenset("ab"))]
-    assert_single_active(lan, since=0.0, allow=LAT)
+    assert lan.multi_active_periods() == [(back, back + LEAD + LAT, frozenset("ab"))]
+    assert_single_active(lan, since=0.0, allow=LEAD + LAT)
 
 
 def test_no_preempt_returning_node_stays_backup() -> None:
@@ -687,7 +799,7 @@ def test_preempt_delay_returning_node_waits_delay_then_mdi() -> None:
     expected = accepted[-1] + mdi3(200)
     assert became_active(lan, "a")[-1] == expected
     assert expected > 20.0 + mdi3(200) + 4.0  # later than without the delay
-    assert became_backup(lan, "b")[-1] == expected + LAT
+    assert became_backup(lan, "b")[-1] == expected + LEAD + LAT
     assert lan.active_nodes() == {"a"}
     assert "after preempt_delay 4.5 s" in lan.events("became-active", "a")[-1].detail
 
@@ -734,9 +846,9 @@ def test_active_lowering_priority_hands_over_after_backups_mdi() -> None:
     lan.run_until(30.0)
     takeover = (last_high + LAT) + mdi3(150)
     assert became_active(lan, "b") == [takeover]
-    assert became_backup(lan, "a") == [takeover + LAT]
+    assert became_backup(lan, "a") == [takeover + LEAD + LAT]
     assert lan.active_nodes() == {"b"}
-    assert_single_active(lan, since=0.0, allow=LAT)
+    assert_single_active(lan, since=0.0, allow=LEAD + LAT)
 
 
 def test_partition_gives_two_actives_and_heal_resolves_within_one_interval() -> None:
@@ -752,10 +864,10 @@ def test_partition_gives_two_actives_and_heal_resolves_within_one_interval() -> 
     lan.heal()
     lan.run_until(40.0)
     # Whichever crosses first: a's periodic advert (b steps down on arrival), or b's advert
-    # (a answers at once, b steps down when that answer arrives).
+    # (a announces, answers LEAD later, b steps down when that answer arrives).
     next_a = min(s.time for s in lan.adverts_from("a") if s.time >= 20.25)
     next_b = min(s.time for s in lan.adverts_from("b") if s.time >= 20.25)
-    resolved = min(next_a + LAT, next_b + LAT + LAT)
+    resolved = min(next_a + LAT, next_b + LAT + LEAD + LAT)
     assert became_backup(lan, "b") == [resolved]
     assert resolved - 20.25 <= 1.0 + 2 * LAT
     assert lan.active_nodes() == {"a"}

@@ -12,6 +12,7 @@ logged and counted while the rest is still released).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Address
 from typing import Any
@@ -23,13 +24,11 @@ from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
 from vipd.preflight import HostLink, Preflight
 from vipd.vrrp import state
-from vipd.vrrp.driver import TIMER_SLACK, VrrpElection
+from vipd.vrrp.driver import CLAIM_SETTLE, TIMER_SLACK, VrrpElection
 
 VIP = IPv4Address("10.0.0.100")
 SELF = IPv4Address("10.0.0.11")
 PEER = "10.0.0.12"
-# Master_Down_Interval at priority 100, advert 1 s (RFC 9568 §6.1): 3 + (256-100)/256.
-MDI = 3 + 156 / 256
 
 
 class Node:
@@ -81,10 +80,11 @@ class Node:
 
     async def take_over(self) -> None:
         """Let the master-down timer run out: the takeover."""
+        mdi = state.master_down_interval(3, self.election.machine.priority, 100)
         due = self.timers.fire_next()
-        assert abs(due - (1000.0 + MDI - TIMER_SLACK)) < 1e-9  # armed TIMER_SLACK early
+        assert abs(due - (1000.0 + mdi - TIMER_SLACK)) < 1e-9  # armed TIMER_SLACK early
         assert self.election.machine.state is state.State.ACTIVE
-        assert abs(self.clock.now - (1000.0 + MDI)) < 1e-9  # finished on the socket
+        assert abs(self.clock.now - (1000.0 + mdi)) < 1e-9  # finished on the socket
 
     async def stopped(self) -> int:
         assert self.task is not None
@@ -245,3 +245,194 @@ def test_health_is_pushed_into_the_priority() -> None:
         await n.stopped()
 
     run(scenario)
+
+
+def test_a_split_brain_claim_is_answered_at_once_despite_the_defend_limit() -> None:
+    """A lower-priority peer of our own VRID took the VIP (it missed our adverts) and its
+    gratuitous ARP lands just after our answer to its advert: the claim is answered at once,
+    although the RFC 5227 defend budget for foreign hosts was spent seconds ago; and the
+    contest's end (the peer quiet at our next advert) is announced once more."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.election._on_claim("02:00:00:00:00:99")  # a foreign host: defended, budget spent
+        n.clock.now += 5.0
+        mark = len(n.events)
+        n.wire.inject(advert(PEER, 100))  # the peer believes it is active
+        await until(lambda: n.events.since(mark).count("garp") >= 1)
+        assert n.events.since(mark) == ["garp"]  # make-before-break: announced first
+        n.timers.fire_next()
+        assert n.events.since(mark) == ["garp", "advert:200"]
+        n.clock.now += 0.001
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:12")  # its gratuitous ARP, after ours
+        assert n.events.since(mark) == ["garp"]
+        n.election._on_claim("02:00:00:00:00:12")  # bounded: once per advert interval
+        assert n.events.since(mark) == ["garp"]
+        # Our next adverts: the peer stepped down (quiet), so the end is announced once.
+        mark = len(n.events)
+        while "garp" not in n.events.since(mark):
+            n.timers.fire_next()
+            assert len(n.events.since(mark)) < 10
+        assert n.events.since(mark)[-1] == "garp"
+        mark = len(n.events)
+        n.timers.fire_next()
+        assert "garp" not in n.events.since(mark)
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def received_more_than(n: Node, count: int) -> bool:
+    return n.election.stats.adverts_received > count
+
+
+def fire_within(n: Node, horizon: float) -> None:
+    """Run every timer due within ``horizon`` seconds of the fake clock's now."""
+    end = n.clock.now + horizon
+    while (due := n.timers.next_due()) is not None and due < end:
+        n.timers.fire_next()
+
+
+async def lower_master_heard(n: Node, count: int = 3) -> None:
+    """A live lower-priority master's adverts, one a second, discarded by our backup."""
+    assert n.wire is not None
+    for i in range(count):
+        n.clock.now = 1000.0 + 1 + i
+        n.wire.inject(advert(PEER, 100))
+        await until(functools.partial(received_more_than, n, i))
+
+
+def test_preempting_a_live_master_binds_and_announces_before_the_advert() -> None:
+    """The order on the wire of a planned move: bind and gratuitous ARP, then the advert
+    that makes the old master step down (not a duration: the fake clock has none)."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await lower_master_heard(n)
+        mark = len(n.events)
+        n.timers.fire_next()  # the down timer: a takeover from a live master
+        assert n.election.machine.state is state.State.ACTIVE
+        assert n.events.since(mark) == ["bind", "garp"]
+        assert "make-before-break" in n.election.machine.last_reason
+        n.timers.fire_next()  # preempt_lead later
+        assert n.events.since(mark) == ["bind", "garp", "advert:200"]
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def test_a_foreign_claim_is_defended_only_if_we_still_lead_after_the_settle_time() -> None:
+    """A claim from a MAC we know nothing about is defended CLAIM_SETTLE later, so a
+    higher-priority node announcing before its preempting advert is not fought."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.clock.now += 5.0
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:99")
+        assert n.events.since(mark) == []  # not yet
+        n.wire.inject(advert(PEER, 254))  # its preempting advert: we step down
+        await until(lambda: n.election.machine.state is state.State.BACKUP)
+        fire_within(n, 0.1)
+        assert "garp" not in n.events.since(mark)
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_a_foreign_claim_is_defended_when_we_still_lead() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        n.clock.now += 5.0
+        mark = len(n.events)
+        t0 = n.clock.now
+        n.election._on_claim("02:00:00:00:00:99")
+        assert n.events.since(mark) == []
+        while "garp" not in n.events.since(mark):
+            n.timers.fire_next()
+            assert n.clock.now < t0 + 1.0, n.events.since(mark)
+        assert abs(n.clock.now - (t0 + CLAIM_SETTLE)) < 1e-9
+        n.election._on_claim("02:00:00:00:00:99")  # the RFC 5227 limit: once per 10 s
+        fire_within(n, 0.1)
+        assert n.events.since(mark).count("garp") == 1
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_after_a_priority_0_advert_the_announcement_precedes_our_advert() -> None:
+    """The old master resigned and releases the VIP when it hears our advert: our gratuitous
+    ARP must already be out then, so the clients never wait on us between the two."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        assert n.wire is not None
+        n.clock.now = 1001.0
+        n.wire.inject(advert(PEER, 200))  # the master
+        await until(functools.partial(received_more_than, n, 0))
+        n.clock.now = 1001.5
+        n.wire.inject(advert(PEER, 0))  # it resigns
+        await until(functools.partial(received_more_than, n, 1))
+        mark = len(n.events)
+        n.timers.fire_next()  # Skew_Time later
+        assert n.election.machine.state is state.State.ACTIVE
+        assert n.events.since(mark) == ["bind", "garp", "advert:100"]
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_a_stopping_leader_releases_after_the_successors_announcement() -> None:
+    """A keepalived successor advertises before it announces: the resigned leader keeps the
+    VIP until the announcement is seen too (bounded by CLAIM_SETTLE)."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None and n.host.address is not None
+        n.election._sees_claims = lambda: True  # type: ignore[method-assign]
+        mark = len(n.events)
+        n.stop.set()
+        await until(lambda: "advert:0" in n.events.since(mark))
+        n.wire.inject(advert(PEER, 150))  # the successor's advert, its ARP not yet seen
+        await asyncio.sleep(0.005)
+        assert n.host.address.present  # still waiting for the announcement
+        n.election._on_claim("02:00:00:00:00:12")
+        assert await n.stopped() == EXIT_OK
+        assert n.events.since(mark) == ["advert:0", "unbind"]
+
+    run(scenario)
+
+
+def test_a_split_brain_claim_inside_our_lead_window_is_answered_at_once() -> None:
+    """The other router's gratuitous ARP lands between our announcement and our advert (the
+    lead): it is the split brain's, answered at once, not ignored as a preemption's."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.clock.now += 5.0
+        mark = len(n.events)
+        n.wire.inject(advert(PEER, 100))
+        await until(lambda: "garp" in n.events.since(mark))
+        assert n.election.machine.lead_pending
+        n.election._on_claim("02:00:00:00:00:12")
+        assert n.events.since(mark) == ["garp", "garp"]
+        n.timers.fire_next()
+        assert n.events.since(mark) == ["garp", "garp", "advert:200"]
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)

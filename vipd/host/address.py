@@ -8,12 +8,13 @@ connections sourced from it, and the API server's clients must see the node's ow
 VIPs also get IFA_F_NODAD: duplicate address detection would keep a fresh holder silent for a
 second, and VRRP already guarantees one holder (RFC 9568 §7.4 leaves DAD to the router).
 
-How: the RTM_NEWADDR / RTM_DELADDR requests are encoded once, at start, with pyroute2's
-``ifaddrmsg``, and written on a plain NETLINK_ROUTE socket whose acknowledgement is read at
-once (the kernel handles the request inside ``send()``, so the ack is already queued). That
-costs ~15 µs on the takeover path, where pyroute2's IPRoute costs ~0.5 ms (its asyncio flavour
-cannot run on uvloop, and its synchronous flavour runs an event loop of its own per call).
-Dumps (observe) are parsed with pyroute2's ``ifaddrmsg`` as well.
+How: the RTM_NEWADDR / RTM_DELADDR requests are encoded once, at start (``vipd.host.rtnl``),
+and written on a plain NETLINK_ROUTE socket whose acknowledgement is read at once (the kernel
+handles the request inside ``send()``, so the ack is already queued). That costs ~15 µs on the
+takeover path, where pyroute2's IPRoute costs ~0.5 ms (its asyncio flavour cannot run on
+uvloop, and its synchronous flavour runs an event loop of its own per call). Dumps (observe)
+are parsed by ``vipd.host.rtnl`` as well; pyroute2 is loaded only to open a socket in another
+network namespace (the lab and the tests).
 
 What it must not do: decide who holds the VIP (the controller does), or touch any address but
 the VIP on the one interface it was given.
@@ -24,10 +25,9 @@ from __future__ import annotations
 import errno
 import socket
 from enum import Enum
-from ipaddress import IPv4Address, IPv6Address, ip_address
-from typing import Any
+from ipaddress import IPv4Address, IPv6Address
 
-from vipd.host import netlink
+from vipd.host import netlink, rtnl
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -55,33 +55,10 @@ def plan(present: bool, wanted: bool) -> Op | None:
     return None
 
 
-def _encode(msg_type: int, flags: int, seq: int, fields: dict[str, int], attrs: list[Any]) -> bytes:
-    from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
-
-    msg = ifaddrmsg()
-    for key, value in fields.items():
-        msg[key] = value
-    msg["attrs"] = attrs
-    msg["header"]["type"] = msg_type
-    msg["header"]["flags"] = flags
-    msg["header"]["seq"] = seq
-    msg.encode()
-    return bytes(msg.data)
-
-
 class AddressActuator:
     """Keeps the VIP on or off one interface, in the network namespace ``netns`` (None: ours)."""
 
     def __init__(self, ifindex: int, vip: IPAddress, netns: str | None = None) -> None:
-        from pyroute2.netlink import (
-            NLM_F_ACK,
-            NLM_F_CREATE,
-            NLM_F_DUMP,
-            NLM_F_REPLACE,
-            NLM_F_REQUEST,
-        )
-        from pyroute2.netlink.rtnl import RTM_DELADDR, RTM_GETADDR, RTM_NEWADDR
-
         self.ifindex = ifindex
         self.vip = vip
         self.netns = netns
@@ -89,32 +66,26 @@ class AddressActuator:
         self.family = socket.AF_INET if isinstance(vip, IPv4Address) else socket.AF_INET6
         self.sock = self._open()
         base = {"family": self.family, "prefixlen": self.prefixlen, "index": ifindex}
-        ident = [("IFA_LOCAL", str(vip)), ("IFA_ADDRESS", str(vip))]
+        ident = [(rtnl.IFA_LOCAL, vip.packed), (rtnl.IFA_ADDRESS, vip.packed)]
         if isinstance(vip, IPv6Address):
-            ident = [("IFA_ADDRESS", str(vip))]
+            ident = [(rtnl.IFA_ADDRESS, vip.packed)]
         # ``replace`` makes a second add a no-op rather than EEXIST.
-        self._add_msg = _encode(
-            RTM_NEWADDR,
-            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+        self._add_msg = rtnl.address_request(
+            rtnl.RTM_NEWADDR,
+            rtnl.NLM_F_REQUEST | rtnl.NLM_F_ACK | rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE,
             1,
-            base,
-            [
+            **base,
+            attrs=[
                 *ident,
-                (
-                    "IFA_CACHEINFO",
-                    {
-                        "ifa_preferred": 0,
-                        "ifa_valid": INFINITY_LIFE_TIME,
-                        "cstamp": 0,
-                        "tstamp": 0,
-                    },
-                ),
-                ("IFA_FLAGS", IFA_F_NODAD if isinstance(vip, IPv6Address) else 0),
+                (rtnl.IFA_CACHEINFO, rtnl.cacheinfo(0, INFINITY_LIFE_TIME)),
+                (rtnl.IFA_FLAGS, rtnl.u32(IFA_F_NODAD if isinstance(vip, IPv6Address) else 0)),
             ],
         )
-        self._del_msg = _encode(RTM_DELADDR, NLM_F_REQUEST | NLM_F_ACK, 2, base, ident)
-        self._dump_msg = _encode(
-            RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, 3, {"family": self.family}, []
+        self._del_msg = rtnl.address_request(
+            rtnl.RTM_DELADDR, rtnl.NLM_F_REQUEST | rtnl.NLM_F_ACK, 2, **base, attrs=ident
+        )
+        self._dump_msg = rtnl.address_request(
+            rtnl.RTM_GETADDR, rtnl.NLM_F_REQUEST | rtnl.NLM_F_DUMP, 3, family=self.family
         )
 
     def _open(self) -> socket.socket:
@@ -141,23 +112,22 @@ class AddressActuator:
 
     def observe(self) -> bool:
         """Is the VIP bound to the interface now?"""
-        from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
-
-        self.sock.send(self._dump_msg)
-        found = False
-        while True:
-            for msg_type, _seq, raw in netlink.messages(self.sock.recv(_RECV_SIZE)):
-                if msg_type == netlink.NLMSG_DONE:
-                    return found
-                if msg_type == netlink.NLMSG_ERROR:
-                    code = netlink.error_code(raw)
-                    raise NetlinkError(code, f"address dump failed: {errno.errorcode.get(code)}")
-                msg = ifaddrmsg(raw)
-                msg.decode()
-                if msg["index"] == self.ifindex and msg["prefixlen"] == self.prefixlen:
-                    address = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
-                    if address is not None and ip_address(address) == self.vip:
-                        found = True
+        try:
+            replies = rtnl.dump(self.sock, self._dump_msg, recv_size=_RECV_SIZE)
+        except rtnl.DumpError as exc:
+            code = exc.errno or 0
+            raise NetlinkError(code, f"address dump failed: {errno.errorcode.get(code)}") from None
+        want = self.vip.packed
+        for raw in replies:
+            rec = rtnl.parse_address(raw)
+            if (
+                rec is not None
+                and rec.index == self.ifindex
+                and rec.prefixlen == self.prefixlen
+                and rec.address == want
+            ):
+                return True
+        return False
 
     def add(self) -> None:
         """Bind the VIP (idempotent)."""

@@ -31,6 +31,7 @@ from typing import Any
 from vipd.lab.topology import Lab, Node
 
 VRRP_PROTO = 112
+ETH_ARP = 0x0806
 ETH_IPV4 = 0x0800
 ETH_IPV6 = 0x86DD
 ETH_VLAN = 0x8100
@@ -148,6 +149,14 @@ def parse_frame(ts: float, sender: str, frame: bytes) -> WireAdvert | None:
     return None
 
 
+def gratuitous_arp(frame: bytes) -> ipaddress.IPv4Address | None:
+    """The address a gratuitous ARP (sender IP = target IP, RFC 5227 §3) announces, or None."""
+    if len(frame) < 42 or struct.unpack("!H", frame[12:14])[0] != ETH_ARP:
+        return None
+    spa, tpa = frame[28:32], frame[38:42]
+    return ipaddress.IPv4Address(spa) if spa == tpa else None
+
+
 def iter_pcap(path: Path) -> Iterator[tuple[float, bytes]]:
     """(timestamp, Ethernet frame) of every whole record of a classic pcap file.
 
@@ -191,11 +200,13 @@ def read_pcap(path: Path, sender: str) -> list[WireAdvert]:
 
 
 class Capture:
-    """``tcpdump -Q in`` on the bridge ports of ``nodes``, one pcap file per node."""
+    """``tcpdump -Q in`` on the bridge ports of ``nodes``, one pcap file per node; with
+    ``arp`` the ARP frames too, so the order of gratuitous ARPs and adverts can be read."""
 
-    def __init__(self, lab: Lab, nodes: list[Node]) -> None:
+    def __init__(self, lab: Lab, nodes: list[Node], *, arp: bool = False) -> None:
         self.lab = lab
         self.nodes = nodes
+        self.arp = arp
         self.paths = {n.name: lab.workdir / f"wire-{n.name}.pcap" for n in nodes}
         self._procs: list[subprocess.Popen[Any]] = []
 
@@ -216,7 +227,7 @@ class Capture:
                     "256",
                     "-w",
                     str(self.paths[node.name]),
-                    "ip proto 112 or ip6 proto 112",
+                    "ip proto 112 or ip6 proto 112" + (" or arp" if self.arp else ""),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -237,6 +248,17 @@ class Capture:
         """All adverts captured so far, from every port, in time order."""
         found = [a for name, path in self.paths.items() for a in read_pcap(path, name)]
         return sorted(found, key=lambda a: a.ts)
+
+    def gratuitous_arps(self, vip: str) -> list[tuple[float, str]]:
+        """(timestamp, sender node) of every gratuitous ARP for ``vip``, in time order."""
+        want = ipaddress.ip_address(vip)
+        found = [
+            (ts, name)
+            for name, path in self.paths.items()
+            for ts, frame in iter_pcap(path)
+            if gratuitous_arp(frame) == want
+        ]
+        return sorted(found)
 
     def stop(self) -> None:
         for proc in self._procs:

@@ -10,14 +10,23 @@ as a `Transition` to the agent, which converges the host (``vipd.agent``,
 
 The takeover path, in order: the master-down timer is armed ``TIMER_SLACK`` early on the loop
 and finished precisely in ``_on_timer`` (waiting on the VRRP socket, so a better backup's
-advert still stops it); the machine answers ``SendAdvert`` then ``BecomeActive``: the advert
-leaves first (RFC 9568 §6.4.2, keepalived ``vrrp_state_goto_master``), then the agent binds
-the VIP and sends the first gratuitous ARP in the same call (``Controller.set_leader``).
+advert still stops it). With the old master presumed dead the machine answers ``SendAdvert``
+then ``BecomeActive``: the advert leaves first (RFC 9568 §6.4.2, keepalived
+``vrrp_state_goto_master``), then the agent binds the VIP and sends the first gratuitous ARP
+in the same call (``Controller.set_leader``). Preempting a live master is make-before-break:
+``BecomeActive`` (bind, gratuitous ARP) now, the advert ``preempt_lead`` later from the
+machine's own timer, so the clients have moved before the old master steps down on it; an
+Active answering a lower-priority master does the same (``Announce``, then the advert). A
+vipd old master's claim watch waits ``CLAIM_SETTLE`` before defending against a foreign
+claim, so it does not pull the clients back in between (docs/design/vrrp.md, "Order of
+events on a move").
 
 Resigning (SIGTERM, crash): a priority-0 advert (RFC 9568 §6.4.3), then the VIP stays bound
-(quiet) until the successor's first advert is heard or no backup can still come
-(``handover_bound``): make-before-break. With ``election.vrrp.vmac`` the VIP, the adverts and
-the gratuitous ARP use a macvlan with the virtual MAC (RFC 9568 §7.3), made in ``prepare``.
+(quiet) until the successor's first advert is heard and its announcement seen, or no backup
+can still come (``handover_bound``): make-before-break. The successor, after a priority-0
+advert, binds and announces before its advert, in the same call. With ``election.vrrp.vmac``
+the VIP, the adverts and the gratuitous ARP use a macvlan with the virtual MAC (RFC 9568
+§7.3), made in ``prepare``.
 
 What it must not do: decide anything itself (``vrrp.state`` decides), decode packets
 (``vrrp.packet``), touch the VIP (the agent's controller does), or let a malformed packet
@@ -57,6 +66,14 @@ IPAddress = IPv4Address | IPv6Address
 TIMER_SLACK = 0.002
 # RFC 5227 §2.4 (b): defend the address at most once per DEFEND_INTERVAL seconds.
 DEFEND_INTERVAL = 10.0
+# A claim within this many advert intervals of a lower-priority advert of our own VRID is
+# that peer's split brain, not a foreign host: answered at once (once per advert interval).
+SPLIT_BRAIN_ADVERTS = 3
+# A foreign claim is defended this long after it is seen, if we still lead then: a returning
+# higher-priority node announces first and advertises a preempt_lead later
+# (make-before-break), and our defence must not pull the clients back in between. Also how
+# long after becoming active a claim is expected (the old master's last ARP replies).
+CLAIM_SETTLE = 0.02
 # Peers remembered for the status document (multicast: anyone on our VRID could show up).
 MAX_PEERS = 64
 ROLE_OF_STATE = {
@@ -175,6 +192,7 @@ class VrrpElection:
         self._faulted = False  # a "fault" track is down: out of the election
         self._defended_at: float | None = None
         self._handover: asyncio.Event | None = None
+        self._announced: asyncio.Event | None = None  # stopping: another MAC announced the VIP
         self._successor: IPAddress | None = None
         self._was_active = False
         # The slowest possible successor is a priority-1 backup, Skew_Time(1) after our
@@ -185,6 +203,9 @@ class VrrpElection:
         # Observability (vipd.metrics, /status): who we heard, and what went wrong lately.
         self.peers: dict[IPAddress, tuple[int, float]] = {}  # address -> (priority, seen at)
         self._claimed_at: float | None = None  # last advert claiming the VIP while we held it
+        self._vrrp_claim_at: float | None = None  # last lower-priority advert while we led
+        self._split_answered_at: float | None = None  # last answer to a split-brain claim
+        self._defence: Timer | None = None  # a foreign claim's defence, CLAIM_SETTLE later
         self._claims = 0
         self._master_advert_at: float | None = None  # the followed master's last advert
         self._send_error: str | None = None  # the last advert send failure, until one succeeds
@@ -309,6 +330,9 @@ class VrrpElection:
             # The election is over for this run: no timer may fire into the stop path. The
             # socket stays open: resign() listens on it for the successor.
             self._cancel_timer()
+            if self._defence is not None:
+                self._defence.cancel()
+                self._defence = None
 
     # -- the election port: events ---------------------------------------------------------
 
@@ -401,9 +425,10 @@ class VrrpElection:
         """Priority 0 first so a backup starts its Skew timer; keep the VIP until it is heard.
 
         Make-before-break: a leader keeps the VIP bound (without announcing it again) until it
-        hears the new leader's first advert, which that node sends just before it binds the VIP
-        and announces it, or until no backup can still be coming (``handover_bound``). Clients
-        keep being answered here until the ARP announcement moves them, so a stop costs them
+        hears the new leader's first advert and (IPv4) sees its announcement, at most
+        CLAIM_SETTLE after the advert (a vipd successor announces just before it advertises,
+        keepalived just after), or until no backup can still be coming (``handover_bound``).
+        Clients keep being answered here until the ARP announcement moves them, so a stop costs them
         next to nothing instead of a whole Skew_Time. ``graceful`` makes no difference: a
         crashed leader hands over the same way.
         """
@@ -416,6 +441,7 @@ class VrrpElection:
         for action in self.machine.shutdown(now):
             if isinstance(action, state.SendAdvert):
                 self._handover = asyncio.Event()
+                self._announced = asyncio.Event()
                 self._send_advert(action.priority)
                 resigned = True
             elif isinstance(action, state.BecomeBackup):
@@ -426,13 +452,6 @@ class VrrpElection:
         started = time.monotonic()
         try:
             await asyncio.wait_for(self._handover.wait(), self.handover_bound)
-            vlog.event(
-                self.log,
-                logging.INFO,
-                "new leader heard: releasing the VIP",
-                after_s=round(time.monotonic() - started, 6),
-                leader=self._successor,
-            )
         except TimeoutError:
             vlog.event(
                 self.log,
@@ -440,6 +459,29 @@ class VrrpElection:
                 "no new leader heard: releasing the VIP",
                 waited_s=self.handover_bound,
             )
+            return
+        # A vipd successor announces before it advertises, so its gratuitous ARP is usually
+        # in already; keepalived advertises first (vrrp_state_goto_master). Either way the
+        # clients move on the announcement: wait for it (bounded) before letting go.
+        announced: bool | None = None
+        if self._sees_claims() and self._announced is not None:
+            try:
+                await asyncio.wait_for(self._announced.wait(), CLAIM_SETTLE)
+                announced = True
+            except TimeoutError:
+                announced = False
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "new leader heard: releasing the VIP",
+            after_s=round(time.monotonic() - started, 6),
+            leader=self._successor,
+            announcement_seen=announced,
+        )
+
+    def _sees_claims(self) -> bool:
+        """Whether another node's announcement of the VIP reaches us (IPv4's claim watch)."""
+        return self.claimwatch is not None
 
     async def close(self) -> None:
         """Sockets, watches and the virtual MAC link; each failure is raised after the rest
@@ -531,6 +573,10 @@ class VrrpElection:
     # -- the machine's actions -----------------------------------------------------------
 
     def _apply(self, actions: list[state.Action], now: float) -> None:
+        # The log lines wait until every action is out: an advert that follows a takeover's
+        # announcement in the same call (after a priority-0 advert) is what stops the other
+        # backups' skew timers, and a log write is the slowest thing here.
+        lines: list[tuple[str, str]] = []
         for action in actions:
             if isinstance(action, state.SendAdvert):
                 self._send_advert(action.priority)
@@ -538,11 +584,16 @@ class VrrpElection:
                 word = "active" if isinstance(action, state.BecomeActive) else "backup"
                 self.stats.transitions[word] += 1
                 self._emit(action.reason, now)
-                self._log_transition(word, action.reason)
+                lines.append((word, action.reason))
             elif isinstance(action, state.Announce):
                 if self.controller is not None:
                     self.controller.announce()
-                vlog.event(self.log, logging.INFO, "re-announcing", reason=action.reason)
+                lines.append(("", action.reason))
+        for word, reason in lines:
+            if word:
+                self._log_transition(word, reason)
+            else:
+                vlog.event(self.log, logging.INFO, "re-announcing", reason=reason)
         self._rearm()
         m = self.machine
         if (m.master_ip, m.master_priority, m.priority) != self._master_seen:
@@ -594,13 +645,13 @@ class VrrpElection:
         # is the takeover itself, so it is armed a little early and finished precisely
         # in _on_timer; the Active's advert timer needs no such care.
         early = TIMER_SLACK if self.machine.state is state.State.BACKUP else 0.0
-        delay = max(0.0, deadline - self.clock() - early)
+        self._timer = self._later(max(0.0, deadline - self.clock() - early), self._on_timer)
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        """``fn`` on the loop ``delay`` seconds from now (the fake timers in the unit tests)."""
         if self._call_later is not None:
-            self._timer = self._call_later(delay, lambda: self._guarded(self._on_timer))
-        else:
-            self._timer = asyncio.get_running_loop().call_later(
-                delay, self._guarded, self._on_timer
-            )
+            return self._call_later(delay, lambda: self._guarded(fn))
+        return asyncio.get_running_loop().call_later(delay, self._guarded, fn)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
@@ -701,6 +752,7 @@ class VrrpElection:
         held = self.controller is not None and self.controller.bound
         if priority > 0 and held and m.state is state.State.ACTIVE:
             self._claimed_at = now
+            self._vrrp_claim_at = now
             self._claims += 1
             metrics.DUPLICATE_CLAIMS.inc()
             self._log_claim(claimant=src, claimant_priority=priority)
@@ -721,17 +773,65 @@ class VrrpElection:
         loop.add_reader(self.claimwatch.fileno(), self._guarded, self.claimwatch.on_readable)
 
     def _on_claim(self, mac: str) -> None:
-        """Another MAC announced or answered for the VIP. While we lead, that is a duplicate
-        claim (a foreign host, or a split brain): count it with the VRRP ones, log it, and
-        defend the address with one announcement burst at most every DEFEND_INTERVAL."""
+        """Another MAC announced or answered for the VIP while we lead.
+
+        Within ``SPLIT_BRAIN_ADVERTS`` intervals of a lower-priority advert of our VRID it is
+        that peer's split brain: it bound the VIP and announced it just before our answer to
+        its advert made it step down, and its gratuitous ARP can land after ours. That claim
+        is answered at once (at most once per advert interval), whatever the foreign-host
+        budget says: the peer is about to stop answering for the VIP, so clients left on its
+        MAC would time out. Anything else is a foreign host (RFC 5227 §2.4 (b)): counted with
+        the VRRP claims, logged, and defended with one burst at most every DEFEND_INTERVAL,
+        CLAIM_SETTLE after it was seen and only if we still lead then: a returning
+        higher-priority node announces before its preempting advert."""
+        if self._announced is not None:
+            self._announced.set()  # stopping: the successor's announcement (see resign)
+            return
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # a new leader's announcement after we stepped down: the normal case
         if self.controller is None or not self.controller.bound:
             return
         now = self.clock()
+        m = self.machine
+        interval = m.advert_interval
+        recent = self._vrrp_claim_at
+        if recent is not None and now - recent <= SPLIT_BRAIN_ADVERTS * interval:
+            # First, also inside our own lead window: that is exactly when the other
+            # router's announcement, sent just before our answer reached it, lands.
+            self._count_claim(now)
+            answered = self._split_answered_at
+            if answered is None or now - answered >= interval:
+                self._split_answered_at = now
+                self.controller.announce()
+                vlog.event(
+                    self.log,
+                    logging.INFO,
+                    "re-announcing",
+                    reason="a lower-priority peer of our VRID announced the VIP",
+                    claimant_mac=mac,
+                )
+            return
+        if m.lead_pending or (m.state_since is not None and now - m.state_since < CLAIM_SETTLE):
+            # We are taking over from a live master, which answers until our advert reaches
+            # it (make-before-break): its replies are expected, not a claim.
+            return
+        if self._defence is None:
+            self._defence = self._later(CLAIM_SETTLE, lambda: self._foreign_claim(mac))
+
+    def _count_claim(self, now: float) -> None:
         self._claimed_at = now
         self._claims += 1
         metrics.DUPLICATE_CLAIMS.inc()
+
+    def _foreign_claim(self, mac: str) -> None:
+        """CLAIM_SETTLE after a foreign claim: still leading, so not a preempting peer."""
+        self._defence = None
+        if self.machine.state is not state.State.ACTIVE or self._handover is not None:
+            return  # it was a higher-priority node moving the clients before its advert
+        if self.controller is None or not self.controller.bound:
+            return
+        now = self.clock()
+        self._count_claim(now)
         defend = self._defended_at is None or now - self._defended_at >= DEFEND_INTERVAL
         n = self._claims
         if defend or n & (n - 1) == 0:  # 1, 2, 4, 8, …: a storm cannot flood the log

@@ -31,13 +31,29 @@ The rules, with where they come from:
   take over after Skew_Time. Otherwise accept the advert (reset the down timer; v3 also adopts
   the sender's interval) if preemption is off or the sender's priority is >= ours; else
   discard it, so our down timer runs out and we preempt. ``preempt_delay`` (keepalived) keeps
-  accepting lower-priority adverts for that long after the first one.
-- Down timer expiry: send one advert FIRST, then become active (keepalived
-  ``vrrp_state_goto_master``): the advert makes the old master drop the VIP before our
-  gratuitous ARPs move the traffic.
+  accepting lower-priority adverts for that long after the first one. Start-up hold: a router
+  that has just started (or whose link came up) does not preempt a live master before
+  ``Params.startup_hold`` seconds since the start and ``Params.startup_adverts`` adverts heard,
+  so the move happens on a warm process (imports done, the collector settled, sockets and
+  netlink used once). Bounded: the takeover comes at most ``max(startup_hold,
+  startup_adverts x interval)`` after the start, or at Master_Down_Interval if that is later
+  (at 1 s adverts it always is: no delay); a lone node or a dead master is not held.
+- Down timer expiry, three orders. After a priority-0 advert the old master waits (quiet,
+  VIP still bound) for our advert: bind and announce, then the advert, in the same call.
+  The old master presumed dead (no advert of it in the last
+  two intervals): send one advert FIRST, then become active (RFC 9568 §6.4.2, keepalived
+  ``vrrp_state_goto_master``): the advert stops any other backup's takeover at once, and
+  there is nobody to move clients away from. Preemption of a live lower-priority master
+  (make-before-break): become active first (the shell binds the VIP and sends the first
+  gratuitous ARP), and send the advert ``Params.preempt_lead`` later, so the clients are on
+  our MAC before the old master steps down on that advert and stops answering.
 - ACTIVE (RFC 9568 §6.4.3, keepalived ``vrrp_state_master_rx``). Priority 0: advertise at once.
   Higher priority, or equal priority from a numerically greater address: step down. Lower (or
-  equal from a smaller address): advertise at once (RFC 9568 §6.4.3) and re-announce.
+  equal from a smaller address): re-announce first, then advertise ``preempt_lead`` later
+  (RFC 9568 §6.4.3 says at once; the lead moves the clients before the other router steps
+  down, as for preemption); the
+  first advert tick without another such advert (the other router stepped down) re-announces
+  once more, because its gratuitous ARP and ours crossed on the wire.
 - Shutdown (RFC 9568 §6.4.3 "Shutdown event"): an active router sends priority 0 so the
   backups take over after their skew instead of a full down interval.
 - Link down is a Shutdown event without the priority-0 advert (it cannot leave a down link);
@@ -185,6 +201,13 @@ class Params:
     primary_ip: IPAddress
     preempt: bool = True
     preempt_delay: float = 0.0
+    # Make-before-break: seconds between our announcement and the advert that makes a live
+    # lower-priority master step down (preemption, a healed split brain). 0 = the same call.
+    preempt_lead: float = 0.002
+    # Start-up hold (see the module docstring): no preemption of a live master before this
+    # many seconds since start and this many adverts heard.
+    startup_hold: float = 0.5
+    startup_adverts: int = 3
 
     def __post_init__(self) -> None:
         _check_version(self.version)
@@ -203,6 +226,12 @@ class Params:
             raise TypeError(f"primary_ip must be an IP address (got {self.primary_ip!r})")
         if not math.isfinite(self.preempt_delay) or self.preempt_delay < 0:
             raise ValueError(f"preempt_delay must be >= 0 seconds (got {self.preempt_delay!r})")
+        if not math.isfinite(self.preempt_lead) or not 0 <= self.preempt_lead < 0.01:
+            raise ValueError(f"preempt_lead must be in [0, 0.01) s (got {self.preempt_lead!r})")
+        if not math.isfinite(self.startup_hold) or not 0 <= self.startup_hold <= 10:
+            raise ValueError(f"startup_hold must be in [0, 10] s (got {self.startup_hold!r})")
+        if isinstance(self.startup_adverts, bool) or not 0 <= self.startup_adverts <= 10:
+            raise ValueError(f"startup_adverts must be 0..10 (got {self.startup_adverts!r})")
         if self.preempt_delay > 0 and not self.preempt:
             raise ValueError(
                 "preempt_delay needs preempt=True (without preemption it never applies)"
@@ -280,6 +309,15 @@ class Machine:
         # preempt_delay window: started by the first lower-priority advert in this BACKUP
         # period, cleared by an advert of priority >= ours (keepalived "stop preempt delay").
         self._preempt_window_start: float | None = None
+        # ACTIVE: we answered a lower-priority advert and have not re-announced since the
+        # contest ended (see on_timer).
+        self._contested: tuple[IPAddress, int] | None = None
+        # ACTIVE: announced, the advert that makes the other master step down is due at
+        # the deadline (make-before-break).
+        self.lead_pending = False
+        # BACKUP after start / link up: adverts heard so far (None: no hold), and until when.
+        self._startup_heard: int | None = None
+        self._hold_until = 0.0
 
     def __repr__(self) -> str:
         return (
@@ -329,6 +367,8 @@ class Machine:
         self.master_ip = None
         self.master_priority = None
         self._enter_backup(now)
+        self._startup_heard = 0
+        self._hold_until = now + self.params.startup_hold
         self.deadline = now + self.mdi
         reason = f"start: entering backup, waiting {self._mdi_text()}"
         self.last_reason = reason
@@ -340,6 +380,8 @@ class Machine:
         self.state = State.INITIALIZE
         self.state_since = now
         self.deadline = None
+        self.lead_pending = False
+        self._contested = None
         self.master_ip = None
         self.master_priority = None
         self.last_advert_at = None
@@ -406,6 +448,7 @@ class Machine:
         self.priority = priority
         if self.state is State.ACTIVE:
             self.master_priority = priority
+            self.lead_pending = False
             self.deadline = now + self.advert_interval
             return [SendAdvert(priority)]
         return []
@@ -420,9 +463,47 @@ class Machine:
             # RFC 9568 §6.4.3: Adver_Timer fired -> send an advert, restart the timer. When
             # the shell is late we restart from now rather than catching up in a burst.
             self.deadline = now + self.advert_interval
-            return [SendAdvert(self.priority)]
+            if self.lead_pending:
+                self.lead_pending = False
+                return [SendAdvert(self.priority)]
+            if self._contested is None:
+                return [SendAdvert(self.priority)]
+            # Every lower-priority advert restarts this timer, so a tick means a whole
+            # interval without one: the other router stepped down. Announce once more, so
+            # a gratuitous ARP it sent after ours (the two cross on the wire) cannot leave
+            # the clients on a MAC that no longer answers for the VIP.
+            src, prio = self._contested
+            self._contested = None
+            reason = (
+                f"lower-priority-advert: contest over, {src} (prio {prio}) quiet for "
+                f"{_fmt_s(self.advert_interval)} s; announcing once more"
+            )
+            self.last_reason = reason
+            return [SendAdvert(self.priority), Announce(reason)]
         # BACKUP: Master_Down_Timer fired (RFC 9568 §6.4.2) -> become active.
-        reason = f"master-down: {self._down_details(now)}"
+        interval = self.master_adver_interval_cs / 100
+        live = self._discarded is not None and now - self._discarded[2] <= 2 * interval
+        if live and self._startup_heard is not None:
+            # Start-up hold: a live master keeps the VIP until we are warm (bounded).
+            if now < self._hold_until:
+                self.deadline = self._hold_until
+                return []
+            if self._startup_heard < self.params.startup_adverts:
+                self.deadline = now + interval
+                return []
+        held = self._startup_heard is not None and now > self._backup_since + self.mdi
+        self._startup_heard = None
+        lead = self.params.preempt_lead if live else 0.0
+        released = self._released is not None
+        details = self._down_details(now)
+        if live and held:
+            details += (
+                f"; held after start for {_fmt_s(now - self._backup_since)} s (start-up hold "
+                f"{_fmt_s(self.params.startup_hold)} s, {self.params.startup_adverts} adverts)"
+            )
+        if live:
+            details += f"; make-before-break: announcing first, advertising {_fmt_s(lead)} s later"
+        reason = f"master-down: {details}"
         self.state = State.ACTIVE
         self.state_since = now
         self.last_reason = reason
@@ -433,10 +514,26 @@ class Machine:
         self._released = None
         self._discarded = None
         self._preempt_window_start = None
-        self.deadline = now + self.advert_interval
-        # The advert goes first: it makes the old master (if it is alive and lower) drop
-        # the VIP before the shell binds it here and sends gratuitous ARPs.
-        return [SendAdvert(self.priority), BecomeActive(reason)]
+        if released:
+            # The old master resigned and keeps the VIP (quiet) until it hears our advert:
+            # the announcement goes out just before it, in the same call, so the clients
+            # never wait on a descheduled process between the two. No lead: the other
+            # backups' skew timers are running, and only our advert stops them.
+            self.deadline = now + self.advert_interval
+            return [BecomeActive(reason), SendAdvert(self.priority)]
+        if not live:
+            # RFC order: the advert first. The old master is presumed dead, so there are no
+            # clients to keep; the advert stops the other backups' timers at once.
+            self.deadline = now + self.advert_interval
+            return [SendAdvert(self.priority), BecomeActive(reason)]
+        # Make-before-break: the old master is alive and answers the clients until it hears
+        # our advert, so our gratuitous ARP goes first and the advert after it.
+        if lead == 0:
+            self.deadline = now + self.advert_interval
+            return [BecomeActive(reason), SendAdvert(self.priority)]
+        self.lead_pending = True
+        self.deadline = now + lead
+        return [BecomeActive(reason)]
 
     def on_advert(
         self, now: float, src: IPAddress, priority: int, interval_cs: int
@@ -463,6 +560,9 @@ class Machine:
     # ------------------------------------------------------------------ internals
 
     def _enter_backup(self, now: float) -> None:
+        self._contested = None
+        self.lead_pending = False
+        self._startup_heard = None
         self.state = State.BACKUP
         self.state_since = now
         self._backup_since = now
@@ -493,6 +593,8 @@ class Machine:
             self.deadline = now + self.skew
             return []
         p = self.params
+        if self._startup_heard is not None:
+            self._startup_heard += 1  # whoever sent it: the process has been up for it
         if not p.preempt or priority >= self.priority:
             if priority >= self.priority:
                 self._preempt_window_start = None
@@ -519,6 +621,7 @@ class Machine:
         if priority == 0:
             # Someone else resigned while we are active (e.g. after a split brain): advertise
             # at once so the backups, whose skew timers just started, see we are here.
+            self.lead_pending = False
             self.deadline = now + self.advert_interval
             return [SendAdvert(self.priority)]
         if priority > self.priority:
@@ -538,11 +641,21 @@ class Machine:
                 "advertised at once to force a new election"
             )
             self.last_reason = reason
-            # RFC 9568 §6.4.3 (new in RFC 9568 against RFC 5798): send an advert immediately so the
-            # other router, which believes it is active, steps down now rather than at our
-            # next periodic advert. Re-announce because it may have moved the traffic.
-            self.deadline = now + self.advert_interval
-            return [SendAdvert(self.priority), Announce(reason)]
+            self._contested = (src, priority)
+            # RFC 9568 §6.4.3 (new in RFC 9568 against RFC 5798): send an advert immediately so
+            # the other router, which believes it is active, steps down now rather than at
+            # our next periodic advert. Make-before-break: re-announce first (it may have
+            # moved the traffic), and the advert preempt_lead later, so the clients are back
+            # before it stops answering.
+            lead = self.params.preempt_lead
+            if lead == 0:
+                self.deadline = now + self.advert_interval
+                return [Announce(reason), SendAdvert(self.priority)]
+            if self.lead_pending:
+                return []  # announced and the advert is due: a second one changes nothing
+            self.lead_pending = True
+            self.deadline = now + lead
+            return [Announce(reason)]
         self._enter_backup(now)
         self._learn(now, src, priority, interval_cs)
         reason = f"preempted: {why}; now backup, {self._mdi_text()}"
