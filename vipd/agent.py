@@ -186,17 +186,17 @@ class Agent:
         )
         for addr in health.targets():
             metrics.HEALTH_BACKEND_HEALTHY.labels(
-                backend=str(addr), local=str(addr == h.local).lower()
+                target=str(addr), local=str(addr == h.local).lower()
             ).set(0)
         return health
 
     def _count_health_check(self, addr: IPAddress, outcome: Outcome) -> None:
-        metrics.HEALTH_CHECKS.labels(backend=str(addr), result="ok" if outcome.ok else "fail").inc()
-        metrics.HEALTH_CHECK_DURATION.labels(backend=str(addr)).observe(outcome.duration)
+        metrics.HEALTH_CHECKS.labels(target=str(addr), result="ok" if outcome.ok else "fail").inc()
+        metrics.HEALTH_CHECK_DURATION.labels(target=str(addr)).observe(outcome.duration)
 
     def _on_health(self, addr: IPAddress, health: BackendHealth) -> None:
         local = self.cfg.health is not None and addr == self.cfg.health.local
-        metrics.HEALTH_BACKEND_HEALTHY.labels(backend=str(addr), local=str(local).lower()).set(
+        metrics.HEALTH_BACKEND_HEALTHY.labels(target=str(addr), local=str(local).lower()).set(
             1 if health.healthy else 0
         )
         if not self._stopping:

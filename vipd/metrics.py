@@ -23,6 +23,7 @@ before.
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -31,7 +32,9 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 from vipd import __version__
 
@@ -39,6 +42,41 @@ from vipd import __version__
 # Prometheus' text format does not use them (the process start time is exported anyway).
 disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+
+class OptionalGauge(Collector):
+    """A gauge with no sample while its value is unknown: an absent series, which
+    ``absent()`` and every comparison treat as "no data", instead of a -1 that a query would
+    have to know to leave out."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._value: float | None = None
+        self._fn: Callable[[], float | None] | None = None
+        registry.register(self)
+
+    def set(self, value: float | None) -> None:
+        self._value = value
+
+    def set_function(self, fn: Callable[[], float | None]) -> None:
+        """Read the value when scraped (None: no sample)."""
+        self._fn = fn
+
+    def get(self) -> float | None:
+        return self._fn() if self._fn is not None else self._value
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.name, self.documentation)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.documentation)
+        value = self.get()
+        if value is not None:
+            family.add_metric([], value)
+        yield family
+
+
 # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
 # process_start_time_seconds, …: the standard process metrics, without the vipd_ prefix.
 ProcessCollector(registry=REGISTRY)
@@ -189,12 +227,15 @@ VIP_REPAIRS = Counter(
     registry=REGISTRY,
 )
 
+CLAIM_SOURCES = ("vrrp", "arp")
 DUPLICATE_CLAIMS = Counter(
     "vipd_vip_duplicate_claims_total",
-    "Claims on the VIP while this node holds it and keeps it: adverts from another node "
-    "(priority > 0) that did not make it step down, and (IPv4) ARP frames from another MAC "
-    "(RFC 5227). One when a split brain heals; a steady rise is a split brain, a second "
-    "cluster on the same VRID, or a foreign host using the address.",
+    "Claims on the VIP while this node holds it and keeps it, by source: vrrp, adverts from "
+    "another node (priority > 0) that did not make it step down; arp, (IPv4) ARP frames for "
+    "the VIP from another MAC (RFC 5227). One when a split brain heals; a steady rise is a "
+    "split brain, a second cluster on the same VRID, or (arp alone) a foreign host using the "
+    "address.",
+    ["source"],
     registry=REGISTRY,
 )
 
@@ -333,18 +374,18 @@ VRRP_MASTER = Gauge(
     registry=REGISTRY,
 )
 
-VRRP_MASTER_PRIORITY = Gauge(
+VRRP_MASTER_PRIORITY = OptionalGauge(
     "vipd_vrrp_master_priority",
-    "The priority of the master as seen by this node (its own when it leads); -1 when no "
-    "master is known (starting, or the master just went away).",
+    "The priority of the master as seen by this node (its own when it leads); no sample "
+    "while no master is known (starting, or the master just went away).",
     registry=REGISTRY,
 )
 
-VRRP_MASTER_ADVERT_AGE = Gauge(
+VRRP_MASTER_ADVERT_AGE = OptionalGauge(
     "vipd_vrrp_master_advert_age_seconds",
     "On a follower, seconds since the last advert from the master, read when scraped: below "
     "the advert interval is healthy, near 3 x the interval the follower is about to take "
-    "over. 0 on the leader; -1 when no advert has been heard.",
+    "over. 0 on the leader; no sample while no advert from the master has been heard.",
     registry=REGISTRY,
 )
 
@@ -367,7 +408,7 @@ HEALTH_BACKEND_HEALTHY = Gauge(
     "1 while the API server at this address is healthy by vipd's checks (rise consecutive "
     "HTTP 200s), else 0; local=true is this node's own (it gates leadership), the others "
     "are the IPVS backends. Every target starts at 0.",
-    ["backend", "local"],
+    ["target", "local"],
     registry=REGISTRY,
 )
 
@@ -375,7 +416,7 @@ HEALTH_CHECKS = Counter(
     "vipd_health_checks_total",
     "Health checks done, by target and result (ok: HTTP 200; fail: anything else, the "
     "reason is in the log and in vipd status). Rises by 1/health.interval per target.",
-    ["backend", "result"],
+    ["target", "result"],
     registry=REGISTRY,
 )
 
@@ -383,7 +424,7 @@ HEALTH_CHECK_DURATION = Histogram(
     "vipd_health_check_duration_seconds",
     "How long one health check took (connect, TLS handshake, status line), by target. "
     "Milliseconds are normal; near health.timeout the API server is struggling.",
-    ["backend"],
+    ["target"],
     buckets=_HEALTH_CHECK_BUCKETS,
     registry=REGISTRY,
 )
@@ -425,12 +466,6 @@ IPVS_CHANGES = Counter(
 
 # -- Lease ------------------------------------------------------------------------------------
 
-LEASE_RENEWALS = Counter(
-    "vipd_lease_renewals_total",
-    "Successful renewals of the Lease by this node (one per retry_period while leader).",
-    registry=REGISTRY,
-)
-
 LEASE_REQUESTS = Counter(
     "vipd_lease_requests_total",
     "Lease API calls by purpose (read, create, acquire, renew, release) and result (ok, or "
@@ -465,10 +500,11 @@ LEASE_KEEPING = Gauge(
     registry=REGISTRY,
 )
 
-LEASE_RENEW_AGE = Gauge(
+LEASE_RENEW_AGE = OptionalGauge(
     "vipd_lease_last_renewal_age_seconds",
-    "Seconds since this node's last successful renewal was sent, while it leads; -1 while it "
-    "follows. Above renew_deadline means it is keeping the VIP through a store outage.",
+    "Seconds since this node's last successful renewal was sent, while it leads; no sample "
+    "while it follows. Above renew_deadline means it is keeping the VIP through a store "
+    "outage.",
     registry=REGISTRY,
 )
 
@@ -487,12 +523,13 @@ def set_master(address: object | None, priority: int | None) -> None:
     VRRP_MASTER.clear()
     if address is not None:
         VRRP_MASTER.labels(address=str(address)).set(1)
-    VRRP_MASTER_PRIORITY.set(-1 if priority is None or address is None else priority)
+    VRRP_MASTER_PRIORITY.set(None if priority is None or address is None else priority)
 
 
 def init_vrrp(*, node: str, vip: str, interface: str, priority: int) -> None:
     """Create every series this node will export, at its starting value, so a query sees a
-    0 (or -1) instead of no data before the first event."""
+    0 instead of no data before the first event (the gauges of an unknown value stay
+    absent until it is known)."""
     NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="vrrp").set(1)
     set_role("vrrp", "init")
     VIP_BOUND.labels(vip=vip).set(0)
@@ -511,6 +548,8 @@ def init_vrrp(*, node: str, vip: str, interface: str, priority: int) -> None:
     VRRP_PRIORITY.set(priority)
     set_master(None, None)
     DUPLICATE_CLAIM.set(0)
+    for source in CLAIM_SOURCES:
+        DUPLICATE_CLAIMS.labels(source=source)
     READY.set(0)
 
 
@@ -536,5 +575,8 @@ def init_lease(*, node: str, vip: str, interface: str) -> None:
     for stage in ("bound", "announced"):
         TAKEOVER_DURATION.labels(stage=stage)
     LEASE_KEEPING.set(0)
-    LEASE_RENEW_AGE.set(-1)
+    LEASE_RENEW_AGE.set(None)
+    LEASE_REQUESTS.labels(purpose="renew", result="ok")
+    for source in CLAIM_SOURCES:
+        DUPLICATE_CLAIMS.labels(source=source)
     READY.set(0)

@@ -132,7 +132,9 @@ def test_a_foreign_claim_while_leading_is_counted_logged_and_defended(
         )
         text = lab.exec(lab.node("n1").ns, [sys.executable, "-c", code]).stdout
         line = next(
-            ln for ln in text.splitlines() if ln.startswith("vipd_vip_duplicate_claims_total")
+            ln
+            for ln in text.splitlines()
+            if ln.startswith('vipd_vip_duplicate_claims_total{source="arp"}')
         )
         return float(line.split()[-1])
 

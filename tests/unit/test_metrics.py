@@ -111,7 +111,36 @@ def test_set_master_keeps_one_series() -> None:
     assert metrics.REGISTRY.get_sample_value("vipd_vrrp_master_priority") == 150
     metrics.set_master(None, None)
     assert "vipd_vrrp_master_info{" not in generate_latest(metrics.REGISTRY).decode()
-    assert metrics.REGISTRY.get_sample_value("vipd_vrrp_master_priority") == -1
+    # Unknown is an absent series (no sample), not a -1 a query would have to leave out.
+    assert metrics.REGISTRY.get_sample_value("vipd_vrrp_master_priority") is None
+    exposition = generate_latest(metrics.REGISTRY).decode()
+    assert not re.search(r"^vipd_vrrp_master_priority ", exposition, re.M)
+
+
+def test_one_meaning_per_label_name_and_no_minus_one_for_unknown() -> None:
+    """``backend`` is the election backend wherever it appears (the API servers vipd checks
+    are ``target``); no vipd gauge says "unknown" with -1."""
+    metrics.init_vrrp(node="cp-1", vip="10.0.0.100", interface="eth0", priority=150)
+    metrics.init_lease(node="cp-1", vip="10.0.0.100", interface="eth0")
+    metrics.HEALTH_BACKEND_HEALTHY.labels(target="10.0.0.12", local="false").set(0)
+    metrics.HEALTH_CHECKS.labels(target="10.0.0.12", result="ok").inc()
+    for fam in metrics.REGISTRY.collect():
+        if not fam.name.startswith("vipd_"):
+            continue
+        for sample in fam.samples:
+            if "backend" in sample.labels:
+                assert sample.labels["backend"] in ("vrrp", "lease"), (fam.name, sample)
+            if fam.type == "gauge":
+                assert sample.value != -1, (fam.name, sample)
+
+
+def test_duplicate_claims_are_split_by_source() -> None:
+    metrics.init_vrrp(node="cp-1", vip="10.0.0.100", interface="eth0", priority=150)
+    for source in ("vrrp", "arp"):
+        value = metrics.REGISTRY.get_sample_value(
+            "vipd_vip_duplicate_claims_total", {"source": source}
+        )
+        assert value is not None, source
 
 
 def test_init_creates_the_known_series_at_zero() -> None:

@@ -437,8 +437,6 @@ class LeaseElection:
         req = self._inflight_req
         assert req is not None
         metrics.LEASE_REQUESTS.labels(purpose=req.purpose.value, result=kind).inc()
-        if kind == "ok" and req.purpose is logic.Purpose.RENEW:
-            metrics.LEASE_RENEWALS.inc()
         if isinstance(outcome, logic.Ok):
             metrics.set_lease_holder(outcome.record.holder)
         elif kind != "ok":
@@ -536,9 +534,9 @@ class LeaseElection:
 
     # -- observability -------------------------------------------------------------------
 
-    def _renew_age(self) -> float:
+    def _renew_age(self) -> float | None:
         last = self.elector.last_renew_sent
-        return -1.0 if last is None or not self.elector.leader else self.clock() - last
+        return None if last is None or not self.elector.leader else self.clock() - last
 
     def readiness(self) -> tuple[bool, str]:
         """/readyz: takes part in the election (started)."""

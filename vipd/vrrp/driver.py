@@ -754,7 +754,7 @@ class VrrpElection:
             self._claimed_at = now
             self._vrrp_claim_at = now
             self._claims += 1
-            metrics.DUPLICATE_CLAIMS.inc()
+            metrics.DUPLICATE_CLAIMS.labels(source="vrrp").inc()
             self._log_claim(claimant=src, claimant_priority=priority)
 
     # -- foreign claims (RFC 5227 §2.4) ---------------------------------------------------
@@ -821,7 +821,7 @@ class VrrpElection:
     def _count_claim(self, now: float) -> None:
         self._claimed_at = now
         self._claims += 1
-        metrics.DUPLICATE_CLAIMS.inc()
+        metrics.DUPLICATE_CLAIMS.labels(source="arp").inc()
 
     def _foreign_claim(self, mac: str) -> None:
         """CLAIM_SETTLE after a foreign claim: still leading, so not a preempting peer."""
@@ -879,13 +879,13 @@ class VrrpElection:
         window = 3 * self.machine.advert_interval
         return 1.0 if held and claimed is not None and self.clock() - claimed <= window else 0.0
 
-    def _master_advert_age(self) -> float:
+    def _master_advert_age(self) -> float | None:
         """vipd_vrrp_master_advert_age_seconds, read by the HTTP thread when scraped."""
         if self.machine.state is state.State.ACTIVE:
             return 0.0
         master = self.machine.master_ip
         seen = self.peers.get(master) if master is not None else None
-        return -1.0 if seen is None else max(0.0, self.clock() - seen[1])
+        return None if seen is None else max(0.0, self.clock() - seen[1])
 
     def readiness(self) -> tuple[bool, str]:
         """/readyz: does this node take part in the election right now, and if not, why."""
