@@ -106,8 +106,16 @@ def test_peer_view_never_checked_and_stale_results_prove_nothing() -> None:
         "10.0.0.12": PeerState.NOT_READY,
         "10.0.0.13": PeerState.READY,
     }
-    clock.now += 2 * 0.5 + 0.4 + 0.01  # two intervals and a timeout without a result
+    clock.now += 1.0
+    # No answer (a timeout): the last answer stands until it is stale; never checked: none.
+    e.on_check(IPv4Address("10.0.0.12"), Outcome(ok=False, error="timeout after 0.4 s"))
+    assert e.peer_view(clock())["10.0.0.12"] is PeerState.NOT_READY
+    clock.now += 0.41  # two intervals and a timeout since the last answer
     assert set(e.peer_view(clock()).values()) == {PeerState.UNREACHABLE}
+    # An answer that says nothing about etcd replaces it at once.
+    e.on_check(IPv4Address("10.0.0.12"), down)
+    e.on_check(IPv4Address("10.0.0.12"), Outcome(ok=False, status=403, error="http status 403"))
+    assert e.peer_view(clock())["10.0.0.12"] is PeerState.UNREACHABLE
 
 
 def test_without_a_health_section_nothing_is_observed() -> None:

@@ -18,9 +18,12 @@ What it is
           ``READY`` when the last check answered 200; ``NOT_READY`` only when the answer
           named the etcd check as failed (``[-]etcd…`` in the body, which kube-apiserver's
           ``/readyz`` and ``/healthz`` list in every failing answer): its store is down for
-          that node; ``UNREACHABLE`` for everything else: no answer, another failure (a 500
-          of a shutting-down server says nothing about its store), a 401/403, never checked
-          yet, or a last result older than two intervals and a timeout. Without a ``health``
+          that node; ``UNREACHABLE`` for everything else: another failure (a 500 of a
+          shutting-down server says nothing about its store), a 401/403, never checked yet,
+          or a last answer older than two intervals and a timeout. A check with no answer
+          (timeout, refused) leaves the last answer standing until it is that old, so a
+          partitioned node loses its evidence within that lag, and one slow answer of a
+          peer whose store is down does not end it. Without a ``health``
           section nothing is observed (client-go's rule: step down at the renew deadline);
           with one and no peers, an empty mapping (a lone node). This node's own addresses
           (every address on the interface, the source address, ``health.local``, 127.0.0.1,
@@ -342,7 +345,16 @@ class LeaseElection:
         """Every finished health check: a peer's is evidence for the core (`peer_state`)."""
         if addr not in self.health_peers:
             return
-        self._peer_checks[addr] = (self.clock(), peer_state(outcome))
+        now = self.clock()
+        last = self._peer_checks.get(addr)
+        if outcome.status is None and last is not None:
+            # No answer this time: the last answer stands until it is stale. kube-apiserver
+            # rate-limits its etcd probe and lets an unlimited one block for its timeout
+            # (``newETCD3Check``), so a peer whose store is down answers most checks at once
+            # and now and then not in time: that one says nothing new.
+            pass
+        else:
+            self._peer_checks[addr] = (now, peer_state(outcome))
         self._observe_peers(always=True)
 
     def peer_view(self, now: float) -> dict[str, PeerState]:
