@@ -146,7 +146,11 @@ def test_vipd_check_asks_the_api_server_what_it_may_do(bed: KubeBed, without: st
     node = bed.nodes[0]
     cfg = bed.vipd_config(node)
     cfg["election"]["lease"]["kubeconfig"] = str(kubeconfig)
-    cfg["ipvs"] = {"enabled": True, "discovery": {"enabled": True, "kubeconfig": str(kubeconfig)}}
+    cfg["ipvs"] = {
+        "enabled": True,
+        "backends": [n.ipv4 for n in bed.nodes],
+        "discovery": {"enabled": True, "kubeconfig": str(kubeconfig)},
+    }
     path = bed.lab.workdir / f"{account}-check.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     proc = bed.lab.exec(
