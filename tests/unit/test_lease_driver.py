@@ -147,7 +147,7 @@ def test_status_reports_the_link_and_no_hard_coded_interface_state() -> None:
 def test_a_foreign_announcement_makes_the_leader_yield_and_ends_the_successor_wait() -> None:
     async def scenario() -> None:
         store = LeaseStore()
-        slow = {"duration": 20, "renew_deadline": 15, "retry_period": 2}
+        slow: dict[str, float] = {"duration": 20, "renew_deadline": 15, "retry_period": 2}
         a = Node("a", store, slow)
         a.start()
         await until(lambda: a.bound)
