@@ -193,6 +193,8 @@ class Agent:
     def _count_health_check(self, addr: IPAddress, outcome: Outcome) -> None:
         metrics.HEALTH_CHECKS.labels(target=str(addr), result="ok" if outcome.ok else "fail").inc()
         metrics.HEALTH_CHECK_DURATION.labels(target=str(addr)).observe(outcome.duration)
+        if not self._stopping:
+            self.election.on_check(addr, outcome)
 
     def _on_health(self, addr: IPAddress, health: BackendHealth) -> None:
         local = self.cfg.health is not None and addr == self.cfg.health.local

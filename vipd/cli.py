@@ -247,6 +247,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         for finding in pre.findings:
             print(f"  preflight: {finding}")
+        _check_access(cfg)
         return 0
     v = cfg.election.vrrp
     peers = pre.unicast_peers
@@ -267,7 +268,40 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"  preflight: {finding}")
     if conflict is not None:
         print(f"  preflight: {conflict}")
+    _check_access(cfg)
     return 0
+
+
+def _check_access(cfg: Config) -> None:
+    """Lease mode and IPVS discovery: ask the API server (a SelfSubjectAccessReview per
+    verb, with the credentials vipd would run with) whether vipd may do what it needs; exit
+    2 naming what is missing. An API server that does not answer (``kubeadm init`` has not
+    started it yet) is said, not an error."""
+    from vipd import kube
+
+    asks: list[tuple[kube.Access, list[kube.Need]]] = []
+    if cfg.election.mode == "lease" and cfg.election.lease is not None:
+        lease = cfg.election.lease
+        asks.append((kube.Access.from_lease(lease), kube.lease_needs(lease)))
+    if cfg.ipvs.enabled and cfg.ipvs.discovery.enabled:
+        asks.append((kube.Access.from_discovery(cfg.ipvs.discovery), kube.DISCOVERY_NEEDS))
+    denied: list[str] = []
+    for access, needs in asks:
+        got = kube.review(access, needs)
+        if got.error is not None:
+            print(f"  access: not checked with {got.credentials}: the API server did not answer "
+                  f"({got.error})")  # fmt: skip
+        elif got.missing:
+            denied.append(
+                f"{access.key}: {got.credentials} may not "
+                + ", ".join(n.describe() for n in got.missing)
+            )
+        else:
+            print(f"  access: {got.credentials} may " + ", ".join(n.describe() for n in needs))
+    if denied:
+        for line in denied:
+            print(f"vipd: config error: {line} (grant it: vipd manifest rbac)", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

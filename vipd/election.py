@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from vipd.config import Config
     from vipd.controller import Controller
     from vipd.health.checker import HealthChecker
-    from vipd.health.tracker import BackendHealth
+    from vipd.health.tracker import BackendHealth, Outcome
     from vipd.track import Adjustment
 
 IPAddress = IPv4Address | IPv6Address
@@ -123,6 +123,10 @@ class Election(Protocol):
     async def run(self, publish: Publish, ready: Callable[[], None]) -> None: ...
 
     def on_health(self, addr: IPAddress, health: BackendHealth) -> None: ...
+
+    def on_check(self, addr: IPAddress, outcome: Outcome) -> None:
+        """Every finished health check, changed or not (the Lease backend's peer evidence)."""
+        ...
 
     def on_link(self, up: bool) -> None: ...
 

@@ -225,3 +225,103 @@ class Session:
             "super-admin.conf is used until vipd restarts",
         )
         return True
+
+
+# -- may it? (``vipd check``) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One thing vipd does with the API, as a SelfSubjectAccessReview asks it."""
+
+    verb: str
+    group: str  # "" for the core group
+    resource: str
+    namespace: str
+    name: str | None = None  # None: any name (RBAC cannot narrow create or list by name)
+
+    def describe(self) -> str:
+        what = f"{self.resource}.{self.group}" if self.group else self.resource
+        where = f"{self.namespace}/{self.name}" if self.name else f"in {self.namespace}"
+        return f"{self.verb} {what} {where}"
+
+
+def lease_needs(lease: Lease) -> list[Need]:
+    """The Lease backend: read and update its Lease, create it when it is missing."""
+    g, ns = "coordination.k8s.io", lease.namespace
+    return [
+        Need("get", g, "leases", ns, lease.name),
+        Need("update", g, "leases", ns, lease.name),
+        Need("create", g, "leases", ns),
+    ]
+
+
+# IPVS discovery reads the ``default/kubernetes`` EndpointSlices (vipd.ipvs.discovery).
+DISCOVERY_NEEDS = [
+    Need("list", "discovery.k8s.io", "endpointslices", "default"),
+    Need("watch", "discovery.k8s.io", "endpointslices", "default"),
+]
+
+
+def missing(api_client: Any, needs: list[Need], timeout: float = 5.0) -> list[Need]:
+    """The needs the API server does not allow for these credentials (one
+    SelfSubjectAccessReview each; any error of the API raises)."""
+    from kubernetes import client
+
+    authz = client.AuthorizationV1Api(api_client)
+    out: list[Need] = []
+    for n in needs:
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    verb=n.verb,
+                    group=n.group,
+                    resource=n.resource,
+                    namespace=n.namespace,
+                    name=n.name,
+                )
+            )
+        )
+        got = authz.create_self_subject_access_review(review, _request_timeout=timeout)
+        if not (got.status is not None and got.status.allowed):
+            out.append(n)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """What `review` found: ``missing`` empty means allowed; ``error`` set means the API
+    server could not be asked (nothing known)."""
+
+    credentials: str
+    missing: tuple[Need, ...] = ()
+    error: str | None = None
+
+
+def review(access: Access, needs: list[Need]) -> Review:
+    """Ask the API server, through the credentials vipd would run with (the first candidate
+    that is allowed everything, as the ``super-admin.conf`` fallback would find it), whether
+    it may do ``needs``. Credentials that cannot be found raise `ConfigError`."""
+    creds = candidates(access, dict(os.environ), os.path.exists)
+    first: Review | None = None
+    for cred in creds:
+        from kubernetes import client
+
+        try:
+            api = client.ApiClient(configuration(access, cred))
+            got = Review(cred.label, tuple(missing(api, needs)))
+        except client.ApiException as exc:
+            if int(exc.status or 0) in NOT_AUTHORISED:
+                # Not even allowed to ask (401): counts as allowed nothing.
+                got = Review(cred.label, tuple(needs))
+            else:
+                got = Review(cred.label, error=f"HTTP {exc.status}: {exc.reason}")
+        except Exception as exc:  # no answer: timeout, refused, TLS
+            got = Review(
+                cred.label, error=f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:200]
+            )
+        if got.error is None and not got.missing:
+            return got
+        first = first or got
+    assert first is not None
+    return first

@@ -7,7 +7,9 @@ Lease mode on all three nodes; ``default/kubernetes`` lists the three live API s
 lease endpoint reconciler); ``vipd manifest pod|daemonset|rbac`` for the bed's Lease config
 pass ``kubectl apply --dry-run=server``; exactly one holder, the one the Lease names; and the
 invariant (never two holders beyond 0.1 s, never none beyond duration + retry period) across
-node death and a graceful stop.
+node death and a graceful stop; ``vipd check`` asks this API server (SelfSubjectAccessReview)
+whether its credentials may do what Lease mode and IPVS discovery need, and names each verb
+a ServiceAccount lacks (exit 2).
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from __future__ import annotations
 import json
 import signal
 import time
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.kube.conftest import MARGIN, TIMING, Window
 from vipd.lab.kubebed.bed import KubeBed
+from vipd.lab.topology import python_argv
 
 pytestmark = pytest.mark.kube
 
@@ -104,3 +109,60 @@ def test_leader_sigterm_hands_over_make_before_break(bed: KubeBed, window: Windo
     print(f"\nSIGTERM: {new} holds the VIP {took:.2f} s after the signal")
     assert took <= TIMING.retry_period + MARGIN, took
     window.check(gap_limit=TIMING.retry_period + MARGIN)
+
+
+VERBS = {
+    "get": "leases", "update": "leases", "create": "leases",
+    "list": "endpointslices", "watch": "endpointslices",
+}  # fmt: skip
+
+
+def _rules(bed: KubeBed, without: str | None) -> dict[str, list[dict[str, Any]]]:
+    """What ``vipd manifest rbac`` grants for the Lease and discovery, less one verb."""
+    lease = bed.vipd_config(bed.nodes[0])["election"]["lease"]
+    name = lease.get("name", "vipd-cp-lock")
+
+    def verbs(*vs: str) -> list[str]:
+        return [v for v in vs if v != without]
+
+    lease_rules = [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": [name], "verbs": verbs("get", "update")},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "verbs": verbs("create")},
+    ]  # fmt: skip
+    slices = [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+               "verbs": verbs("list", "watch")}]  # fmt: skip
+    return {
+        "kube-system": [r for r in lease_rules if r["verbs"]],
+        "default": [r for r in slices if r["verbs"]],
+    }
+
+
+@pytest.mark.parametrize("without", [None, *VERBS])
+def test_vipd_check_asks_the_api_server_what_it_may_do(bed: KubeBed, without: str | None) -> None:
+    account = f"probe-{without or 'all'}"
+    kubeconfig = bed.account_kubeconfig(account, _rules(bed, without))
+    node = bed.nodes[0]
+    cfg = bed.vipd_config(node)
+    cfg["election"]["lease"]["kubeconfig"] = str(kubeconfig)
+    cfg["ipvs"] = {
+        "enabled": True,
+        "backends": [n.ipv4 for n in bed.nodes],
+        "discovery": {"enabled": True, "kubeconfig": str(kubeconfig)},
+    }
+    path = bed.lab.workdir / f"{account}-check.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    proc = bed.lab.exec(
+        node.ns, python_argv("vipd", "check", "--config", str(path)), check=False, timeout=60
+    )
+    out = proc.stdout + proc.stderr
+    if without is None:
+        assert proc.returncode == 0, out
+        assert f"access: {kubeconfig} may get leases.coordination.k8s.io" in out, out
+        assert "may list endpointslices.discovery.k8s.io in default" in out, out
+        return
+    assert proc.returncode == 2, out
+    (line,) = [x for x in proc.stderr.splitlines() if "may not" in x]
+    assert f"may not {without} {VERBS[without]}." in line, line
+    assert ", " not in line.split("may not", 1)[1], line  # that one and nothing else

@@ -71,7 +71,7 @@ def test_image_has_vipd_as_entrypoint_and_no_compiler(image: Podman) -> None:
     # The daemon and its runtime dependencies only: no lab (nor its test doubles), no test
     # tools, no pip.
     lab = image.cmd("run", "--rm", "--network=none", IMAGE, "lab", check=False)
-    assert lab.returncode == 1 and "not installed" in lab.stderr, lab.stderr
+    assert lab.returncode == 2 and "not installed" in lab.stderr, lab.stderr
     code = (
         "import importlib.util as u, sys; "
         "print([m for m in ('vipd.lab', 'vipd.lease.emulator', 'scapy', 'pytest', 'pip') "

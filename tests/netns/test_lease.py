@@ -6,8 +6,9 @@ What it tests: node death (a peer takes over within duration + retry period), SI
 about one retry period, the stopping node keeping the VIP until the successor holds the
 Lease), 409 and 5xx storms, a stall of the leader's requests longer than the renew deadline
 (it steps down, without exiting), a network partition of the leader (the same, by its TCP
-path), and both sides of the unreachable-store rule (the store down for everyone: the leader
-keeps the VIP and nobody takes it; another holder appears: the leader lets go at once).
+path), and the unreachable-store rule without any evidence (no ``health`` section: 5xx
+everywhere, the leader steps down at the renew deadline as client-go's). The rule's evidence
+(the peers' ``/readyz``) needs stand-in API servers: tests/netns/test_lease_health.py.
 
 Every test records a timeline — who has the VIP bound (sampled every ~20 ms) and who believes
 it leads (its own "became leader" / "became follower" log lines, millisecond timestamps) —
@@ -374,48 +375,6 @@ def test_partitioned_leader_steps_down_and_a_peer_takes_over(
     c.lab.exec(ns, ["nft", "delete", "table", "inet", "part"])
     time.sleep(2 * P + 0.5)
     assert c.leaders_now() == [new[0]]
-    c.stop_recording()
-    c.check_invariant()
-
-
-def test_store_down_everywhere_the_leader_keeps_the_vip(
-    lease_cluster: Callable[..., LeaseCluster],
-) -> None:
-    c = lease_cluster()
-    old = c.leader()
-    c.emu.set_errors(1.0, 503)  # etcd gone: every API server answers 503
-    t0 = wall()
-    time.sleep(3 * D)  # three lease durations
-    assert "keeping the VIP" in c.daemons[old].log_text(), c.logs()
-    assert c.leaders_now() == [old]
-    out = [(t, h) for t, h in c.samples if t > t0 and h != [old]]
-    assert not out, out[:5]  # the VIP never left it, never appeared elsewhere
-    c.emu.heal()
-    assert wait_for(lambda: "store reachable again" in c.daemons[old].log_text(), 2 * P + MARGIN)
-    time.sleep(D)  # the followers' clocks restarted at recovery: nobody steals it
-    assert c.leaders_now() == [old] and c.holders() == [old]
-    assert c.became_leader_after(t0, exclude=old) is None
-    c.stop_recording()
-    c.check_invariant()
-
-
-def test_store_down_then_another_holder_appears_the_leader_lets_go_at_once(
-    lease_cluster: Callable[..., LeaseCluster],
-) -> None:
-    c = lease_cluster()
-    old = c.leader()
-    c.emu.set_errors(1.0, 503, writes_only=True)  # reads still served, writes fail
-    assert wait_for(lambda: "keeping the VIP" in c.daemons[old].log_text(), R + P + MARGIN)
-    assert c.holders() == [old]
-    obj = c.emu.store.get(NS, NAME)
-    assert obj is not None
-    spec = {**obj["spec"], "holderIdentity": "intruder"}
-    t0 = wall()
-    c.emu.store.put_raw(NS, NAME, spec)  # e.g. a node whose writes got through
-    assert wait_for(lambda: old not in c.leaders_now(), P + MARGIN) is not None, c.logs()
-    assert wait_for(lambda: c.holders() == [], 2) is not None, c.holders()
-    assert wall() - t0 <= P + MARGIN + 2
-    assert "held by intruder" in c.daemons[old].log_text()
     c.stop_recording()
     c.check_invariant()
 

@@ -12,7 +12,14 @@ What it tests:
   peer's next read) + a margin; nobody else moves, and the VIP does not come back when the
   API server recovers (no preemption in Lease mode); never two leaders at once;
 - a lone node with no API server at all (``kubeadm init``) creates the Lease, takes the VIP
-  and keeps it past several lease durations.
+  and keeps it past several lease durations;
+- the unreachable-store rule with its evidence, the peers' ``/readyz`` (path ``/readyz``, the
+  stand-in's failing answer names the etcd check as kube-apiserver's does): the leader's
+  calls fail with 503 while its peers answer ready → it steps down at the renew deadline
+  and a peer takes over (the failure was this node's only); every API server's etcd check
+  fails and every call answers 503 → the leader keeps the VIP past three durations and
+  nobody takes it, and renews when the store is back; the same with writes only failing and
+  another holder written into the Lease → the leader lets go at its next read.
 
 (``vipd lab --election lease --fault apidown`` now runs on the real control plane:
 tests/kube/test_lab.py.)
@@ -29,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from tests.netns.test_lease import LeaseCluster, wait_for
+from tests.netns.test_lease import NAME, NS, LeaseCluster, wait_for
 from vipd.lab import faults
 from vipd.lab.daemons import HealthSpec, LeaseSpec, VipdDaemon, VrrpSpec
 from vipd.lab.fakes.lease_emulator import Emulator, serve_in_netns
@@ -53,18 +60,18 @@ class Gated(LeaseCluster):
 def gated_lease(make_lab: Callable[..., Lab]) -> Iterator[Callable[..., Gated]]:
     made: list[Gated] = []
 
-    def build(nodes: int, api: bool = True) -> Gated:
+    def build(nodes: int, api: bool = True, health: HealthSpec = HEALTH) -> Gated:
         lab = make_lab(nodes)
         emu = Emulator(lab.workdir, [n.name for n in lab.nodes], host=CLIENT4, port=PORT)
         for n in lab.nodes:
             emu.kubeconfig(n.name)
         serve_in_netns(emu, lab.client_ns)
         spec = VrrpSpec(
-            vip=VIP4, lease=LeaseSpec(f"https://{CLIENT4}:{PORT}", D, R, P), health=HEALTH
+            vip=VIP4, lease=LeaseSpec(f"https://{CLIENT4}:{PORT}", D, R, P), health=health
         )
         daemons = {n.name: VipdDaemon(lab, n, spec, lab.nodes) for n in lab.nodes}
         c = Gated(lab, emu, daemons)
-        c.api = {n.name: Responder(lab, n, 6443, HEALTH.port) for n in lab.nodes}
+        c.api = {n.name: Responder(lab, n, 6443, health.port) for n in lab.nodes}
         made.append(c)
         if api:
             for r in c.api.values():
@@ -177,3 +184,86 @@ def test_a_lone_lease_node_without_an_api_server_takes_and_keeps_the_vip(
     lost = wait_for(lambda: c.holders() != ["n1"], 2 * D + P, step=0.05)
     assert lost is None, f"holders {c.holders()}\n{c.logs()}"
     assert c.daemons["n1"].log_text().count("became leader") == 1
+
+
+# The store rule's tests check the etcd check: the whole of /readyz, as kube-apiserver's.
+STORE_HEALTH = HealthSpec(path="/readyz", interval=0.2, timeout=0.15, rise=2, fall=3)
+
+
+def store_down_everywhere(c: Gated, writes_only: bool = False) -> None:
+    """Every API server answers /readyz 500 naming etcd, then every Lease call 503."""
+    for r in c.api.values():
+        r.set_health("fail")
+    time.sleep(4 * STORE_HEALTH.interval)  # every vipd has checked every peer since
+    c.emu.set_errors(1.0, 503, writes_only=writes_only)
+
+
+def test_leader_calls_fail_but_peers_are_ready_it_steps_down_at_the_renew_deadline(
+    gated_lease: Callable[..., Gated],
+) -> None:
+    c = gated_lease(3, health=STORE_HEALTH)
+    old = c.leader()
+    assert wait_for(lambda: all_healthy(c), 10.0, step=0.05) is not None, c.logs()
+    t0 = time.time()
+    c.emu.partition(old, mode="status", code=503)  # only this node's API server fails
+    gone = wait_for(lambda: old not in c.leaders_now(), R + MARGIN + 1)
+    assert gone is not None, c.logs()
+    assert "keeping the VIP" not in c.daemons[old].log_text(), c.logs()
+    got = wait_for(lambda: len(c.holders()) == 1 and c.holders() != [old], D + P + MARGIN + 1)
+    assert got is not None, f"holders {c.holders()}\n{c.logs()}"
+    new = c.became_leader_after(t0, exclude=old)
+    assert new is not None, c.logs()
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_store_down_everywhere_the_leader_keeps_the_vip(
+    gated_lease: Callable[..., Gated],
+) -> None:
+    c = gated_lease(3, health=STORE_HEALTH)
+    old = c.leader()
+    assert wait_for(lambda: all_healthy(c), 10.0, step=0.05) is not None, c.logs()
+    store_down_everywhere(c)
+    t0 = time.time()
+    time.sleep(3 * D)  # three lease durations
+    log = c.daemons[old].log_text()
+    assert "keeping the VIP" in log and "answers not ready" in log, c.logs()
+    assert c.leaders_now() == [old]
+    out = [(t, h) for t, h in c.samples if t > t0 and h != [old]]
+    assert not out, out[:5]  # the VIP never left it, never appeared elsewhere
+    # The leader's own API server first: with the peers' back first, the leader (its own
+    # still unhealthy for ``rise`` checks) would give way to them, which is health gating,
+    # not the store rule under test here.
+    c.api[old].set_health("ok")
+    time.sleep((STORE_HEALTH.rise + 1) * STORE_HEALTH.interval + STORE_HEALTH.timeout)
+    for r in c.api.values():
+        r.set_health("ok")
+    c.emu.heal()
+    assert wait_for(lambda: "store reachable again" in c.daemons[old].log_text(), 2 * P + MARGIN)
+    time.sleep(D)  # the followers count the record from their first good read: nobody steals
+    assert c.leaders_now() == [old] and c.holders() == [old], c.logs()
+    assert c.became_leader_after(t0, exclude=old) is None, c.logs()
+    c.stop_recording()
+    c.check_invariant()
+
+
+def test_store_down_then_another_holder_appears_the_leader_lets_go_at_once(
+    gated_lease: Callable[..., Gated],
+) -> None:
+    c = gated_lease(3, health=STORE_HEALTH)
+    old = c.leader()
+    assert wait_for(lambda: all_healthy(c), 10.0, step=0.05) is not None, c.logs()
+    store_down_everywhere(c, writes_only=True)  # reads still served, writes fail
+    assert wait_for(lambda: "keeping the VIP" in c.daemons[old].log_text(), R + P + MARGIN)
+    assert c.holders() == [old]
+    obj = c.emu.store.get(NS, NAME)
+    assert obj is not None
+    spec = {**obj["spec"], "holderIdentity": "intruder"}
+    t0 = time.time()
+    c.emu.store.put_raw(NS, NAME, spec)  # e.g. a node whose writes got through
+    assert wait_for(lambda: old not in c.leaders_now(), P + MARGIN) is not None, c.logs()
+    assert wait_for(lambda: c.holders() == [], 2) is not None, c.holders()
+    assert time.time() - t0 <= P + MARGIN + 2
+    assert "held by intruder" in c.daemons[old].log_text()
+    c.stop_recording()
+    c.check_invariant()

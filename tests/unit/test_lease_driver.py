@@ -3,8 +3,11 @@
 What it tests: acquiring a free Lease (the VIP bound, the core's label on the transition), the
 graceful release (the Lease's holder cleared, the VIP kept until another holder shows in the
 Lease, then removed), the peer's re-acquisition of the released Lease, and the first node
-acquiring it again once that peer released it in turn. The store answers in memory; the
-timings are short real ones (the driver waits on the loop for the core's ``wake_at``).
+acquiring it again once that peer released it in turn; another MAC's announcement of the
+VIP (what the ARP watch reports): a leader yields at once (and takes its own Lease back at
+the next round), and a stopping leader waiting for its successor drops the VIP at once.
+The store answers in memory; the timings are short real ones (the driver waits on the loop
+for the core's ``wake_at``).
 """
 
 from __future__ import annotations
@@ -24,14 +27,14 @@ LEASE = {"duration": 2, "renew_deadline": 1.5, "retry_period": 0.1}
 
 
 class Node:
-    def __init__(self, name: str, store: LeaseStore) -> None:
+    def __init__(self, name: str, store: LeaseStore, lease: dict[str, float] = LEASE) -> None:
         self.name = name
         self.cfg = config.parse(
             {
                 "node": name,
                 "vip": str(VIP),
                 "interface": "eth0",
-                "election": {"mode": "lease", "lease": LEASE},
+                "election": {"mode": "lease", "lease": lease},
             }
         )
         self.pre = Preflight(
@@ -46,6 +49,7 @@ class Node:
             self.pre,
             open_api=lambda lease, log: FakeLeaseApi(store),
             jitter=lambda: 0.0,
+            claimwatch=False,  # no packet socket in a unit test: _on_claim is called directly
         )
         self.agent = Agent(
             self.cfg,
@@ -136,5 +140,35 @@ def test_status_reports_the_link_and_no_hard_coded_interface_state() -> None:
         await until(lambda: a.agent.status(0.0)["interface_up"] is False)
         a.stop.set()
         assert await a.stopped() == EXIT_OK
+
+    asyncio.run(scenario())
+
+
+def test_a_foreign_announcement_makes_the_leader_yield_and_ends_the_successor_wait() -> None:
+    async def scenario() -> None:
+        store = LeaseStore()
+        slow: dict[str, float] = {"duration": 20, "renew_deadline": 15, "retry_period": 2}
+        a = Node("a", store, slow)
+        a.start()
+        await until(lambda: a.bound)
+        yielded = transitions("follower", "foreign-claim")
+        a.election._on_claim("02:00:00:00:00:22")
+        await until(lambda: not a.bound, 0.5)  # at once, not at a renew deadline
+        assert transitions("follower", "foreign-claim") == yielded + 1
+        assert a.election.status(0.0)["lease"]["foreign_claims"] == 1
+        # The Lease is still ours: the next round (one retry period) takes it back.
+        await until(lambda: a.bound, 2 * 2 + 1)
+        # Stopping with nobody to take over: the VIP would stay for retry + 0.5 s; the
+        # successor's announcement ends the wait at once.
+        loop = asyncio.get_running_loop()
+        a.stop.set()
+        await until(lambda: ("update", None) in store.writes)
+        t0 = loop.time()
+        await asyncio.sleep(0.1)
+        assert a.bound  # make-before-break: still waiting
+        a.election._on_claim("02:00:00:00:00:22")
+        assert await a.stopped() == EXIT_OK
+        assert loop.time() - t0 < 0.6, loop.time() - t0
+        assert not a.bound
 
     asyncio.run(scenario())

@@ -499,3 +499,36 @@ def test_a_follower_that_takes_over_after_refusals_waits_for_the_holders_next_re
         (new,) = sim.leaders()
         won_by_follower += new != old
     assert won_by_follower > 0  # the race this guards against did happen
+
+
+@pytest.mark.parametrize("start", [5.0 + i * 0.13 for i in range(8)])
+def test_whole_store_down_with_the_evidence_late_the_vip_comes_back_within_a_duration(
+    start: float,
+) -> None:
+    """kube-apiserver's etcd check lags the store (its probe's timeout and rate limit): with
+    5/3/1 the peers may answer not ready only after the leader's renew deadline. While no
+    follower can have taken the Lease (its last renewal + one duration), the late evidence
+    still carries a hold: the VIP comes back, never on two nodes."""
+    sim = Sim(NAMES, timing(5, 3, 1), view_lag=3.0)
+    old = leader_after(sim, start)
+    for n in sim.nodes.values():
+        n.fault = "5xx"
+    sim.run_until(start + 20.0)
+    assert sim.leaders() == [old], sim.nodes[old].log[-5:]
+    assert sim.nodes[old].elector.role is Role.HOLDING
+    assert not sim.overlaps()
+    assert longest_gap(sim, start) <= 3.0 + 0.1  # from the deadline to the view, at most
+    for n in sim.nodes.values():
+        n.fault = ""
+    sim.run_until(start + 40.0)
+    assert sim.leaders() == [old] and not sim.overlaps()
+
+
+def test_evidence_later_than_a_duration_after_the_last_renewal_brings_nothing_back() -> None:
+    sim = Sim(NAMES, timing(5, 3, 1), view_lag=6.0)
+    old = leader_after(sim, 5.0)
+    for n in sim.nodes.values():
+        n.fault = "5xx"
+    sim.run_until(25.0)
+    assert sim.leaders() == [] and sim.nodes[old].elector.role is Role.FOLLOWER
+    assert not sim.overlaps()

@@ -339,3 +339,39 @@ def test_node_label_gates_the_daemonset_for_a_first_roll_one_node_at_a_time() ->
         {"key": "vipd.example/handover", "operator": "Exists"},
     ]
     kubernetes_validate.validate(docs(out.stdout)[0], K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("mode", ["vrrp", "lease"])
+def test_ipvs_discovery_gets_a_token_and_may_list_and_watch_endpointslices(
+    tmp_path: Path, mode: str
+) -> None:
+    election = "{mode: lease}" if mode == "lease" else "{vrrp: {vrid: 7}}"
+    src = tmp_path / "vipd.yaml"
+    src.write_text(
+        f"vip: 10.0.0.100\ninterface: eth0\nelection: {election}\nhealth: {{}}\n"
+        "ipvs: {enabled: true, backends: [10.0.0.11, 10.0.0.12],\n"
+        "       discovery: {enabled: true, kubeconfig: /etc/kubernetes/admin.conf}}\n"
+    )
+    out = vipd("manifest", "rbac", "--config", str(src))
+    assert out.returncode == 0, out.stderr
+    objs = docs(out.stdout)
+    assert "nothing to apply" not in out.stdout
+    roles = {o["metadata"]["namespace"]: o for o in objs if o["kind"] == "Role"}
+    slices = [r for r in roles["default"]["rules"] if r["resources"] == ["endpointslices"]]
+    assert slices == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+         "verbs": ["list", "watch"]}
+    ]  # fmt: skip
+    bindings = [o for o in objs if o["kind"] == "RoleBinding"]
+    assert {b["metadata"]["namespace"] for b in bindings} == set(roles)
+    assert ("kube-system" in roles) == (mode == "lease")
+    out = vipd("manifest", "daemonset", "--config", str(src))
+    assert out.returncode == 0, out.stderr
+    (ds,) = docs(out.stdout)
+    spec = pod_spec(ds)
+    assert spec["serviceAccountName"] == "vipd"
+    assert spec.get("automountServiceAccountToken", True) is True
+    c = main_container(ds)
+    assert env(c)["KUBERNETES_SERVICE_HOST"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    embedded = yaml.safe_load(env(c)["VIPD_CONFIG"])
+    assert "kubeconfig" not in embedded["ipvs"]["discovery"]  # the token, not a host file

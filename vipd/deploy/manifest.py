@@ -105,6 +105,12 @@ class Plan:
     stop_deadline_s: float
     dropped_node: str | None  # `node` from the file, which the manifests must not carry
     host_files: tuple[str, ...] = ()  # files the config names on the node (health.ca_file)
+    discovery: bool = False  # IPVS discovery reads the default/kubernetes EndpointSlices
+
+    @property
+    def uses_api(self) -> bool:
+        """The Kubernetes API is used: the Lease, or IPVS discovery."""
+        return self.lease is not None or self.discovery
 
 
 # -- from the config -------------------------------------------------------------------------
@@ -138,6 +144,7 @@ def plan(data: object) -> Plan:
         stop_deadline_s=_stop_deadline(cfg),
         dropped_node=str(dropped) if dropped is not None else None,
         host_files=(cfg.health.ca_file,) if cfg.health and cfg.health.ca_file else (),
+        discovery=cfg.ipvs.enabled and cfg.ipvs.discovery.enabled,
     )
 
 
@@ -267,10 +274,19 @@ def _pod_config_for_static(p: Plan) -> Plan:
 
 
 def _pod_config_for_daemonset(p: Plan) -> Plan:
-    """The DaemonSet uses its ServiceAccount: no kubeconfig in its config."""
-    if p.lease is None:
-        return p
-    return _replace_text(p, _with_kubeconfig(p.config_text, None))
+    """The DaemonSet uses its ServiceAccount: no kubeconfig in its config (nor in IPVS
+    discovery's, which then finds no admin.conf in the container and uses the token)."""
+    text = p.config_text
+    if p.lease is not None:
+        text = _with_kubeconfig(text, None)
+    if p.discovery:
+        data = yaml.safe_load(text)
+        ipvs = dict(data["ipvs"])
+        disc = dict(ipvs.get("discovery") or {})
+        disc.pop("kubeconfig", None)
+        data["ipvs"] = {**ipvs, "discovery": disc}
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    return _replace_text(p, text)
 
 
 def _with_kubeconfig(text: str, path: str | None) -> str:
@@ -361,13 +377,13 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         # A NotReady or pressured control-plane node is when the VIP has to move.
         "tolerations": [{"operator": "Exists"}],
         "initContainers": [pull, adopt],
-        "containers": [_vipd_container(dp, opts, in_cluster=p.lease is not None)],
+        "containers": [_vipd_container(dp, opts, in_cluster=p.uses_api)],
         "volumes": [
             {"name": "manifests", "hostPath": {"path": MANIFESTS_DIR, "type": "Directory"}},
             *_host_file_volumes(p),
         ],
     }
-    if p.lease is not None:
+    if p.uses_api:
         spec["serviceAccountName"] = NAME
     else:
         spec["automountServiceAccountToken"] = False
@@ -398,35 +414,47 @@ def _host_for_url(host: str) -> str:
 
 
 def rbac(p: Plan, opts: Options) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding for Lease mode; nothing for VRRP mode."""
-    if p.lease is None:
+    """ServiceAccount, Roles and RoleBindings for Lease mode and IPVS discovery; nothing
+    when neither uses the API."""
+    if not p.uses_api:
         return []
     labels = _labels("daemonset")
-    ns = p.lease.namespace
-    return [
+    out: list[dict[str, Any]] = [
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
             "metadata": {"name": NAME, "namespace": opts.namespace, "labels": labels},
-        },
+        }
+    ]
+    # One Role per namespace (the Lease's, and default for the EndpointSlices; the same one
+    # when the Lease lives in default).
+    rules: dict[str, list[dict[str, Any]]] = {}
+    if p.lease is not None:
+        rules.setdefault(p.lease.namespace, []).extend(_lease_rules(p.lease))
+    if p.discovery:
+        rules.setdefault("default", []).append(
+            {
+                # IPVS discovery lists the default/kubernetes EndpointSlices (selected by
+                # label, so not narrowable by name) and may watch them.
+                "apiGroups": ["discovery.k8s.io"],
+                "resources": ["endpointslices"],
+                "verbs": ["list", "watch"],
+            }
+        )
+    for ns, ns_rules in rules.items():
+        out += _role_and_binding(ns, ns_rules, opts, labels)
+    return out
+
+
+def _role_and_binding(
+    ns: str, rules: list[dict[str, Any]], opts: Options, labels: dict[str, str]
+) -> list[dict[str, Any]]:
+    return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": {"name": NAME, "namespace": ns, "labels": labels},
-            "rules": [
-                {
-                    "apiGroups": ["coordination.k8s.io"],
-                    "resources": ["leases"],
-                    "resourceNames": [p.lease.name],
-                    "verbs": ["get", "update"],
-                },
-                {
-                    # The first holder creates the Lease; RBAC cannot narrow create by name.
-                    "apiGroups": ["coordination.k8s.io"],
-                    "resources": ["leases"],
-                    "verbs": ["create"],
-                },
-            ],
+            "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -434,6 +462,23 @@ def rbac(p: Plan, opts: Options) -> list[dict[str, Any]]:
             "metadata": {"name": NAME, "namespace": ns, "labels": labels},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
             "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": opts.namespace}],
+        },
+    ]
+
+
+def _lease_rules(lease: Lease) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease.name],
+            "verbs": ["get", "update"],
+        },
+        {
+            # The first holder creates the Lease; RBAC cannot narrow create by name.
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create"],
         },
     ]
 
@@ -486,9 +531,10 @@ def header(kind: Kind, p: Plan, opts: Options, source: str) -> str:
                     "# finished, switch back to admin.conf:",
                     f"#   sed -i 's#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#' {opts.static_manifest}",
                 ]
-    if kind == "rbac" and p.lease is None:
+    if kind == "rbac" and not p.uses_api:
         lines.append(
-            "# election.mode is vrrp: vipd uses no Kubernetes API, so there is nothing to apply."
+            "# election.mode is vrrp and IPVS discovery is off: vipd uses no Kubernetes API, "
+            "so there is nothing to apply."
         )
     return "\n".join(lines) + "\n"
 

@@ -22,9 +22,15 @@ serving certificate lists the node's address and the ``kubernetes…`` names but
 necessarily the address we connect to (127.0.0.1): the chain proves the server holds a key
 the cluster CA certified, which is what matters for a health check.
 
+Failed checks: after a non-200 answer the checker reads up to ``BODY_LIMIT`` bytes more, under
+the same deadline, for the names of the failed checks. kube-apiserver's health handler lists
+them in every failing answer, verbose or not (``[-]etcd failed: reason withheld``,
+k8s.io/apiserver ``pkg/server/healthz/healthz.go``, ``handleRootHealth``); the Lease backend
+tells "its store is down" from "it answers nothing" by them. A 200's body is never read.
+
 What it must not do: decide anything from the health (``gate`` and the IPVS plan do), follow
-redirects, read bodies, resolve names (targets are IP addresses), or let an exception from
-one check or from ``on_change`` stop the other checks.
+redirects, read a healthy answer's body, resolve names (targets are IP addresses), or let an
+exception from one check or from ``on_change`` stop the other checks.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import re
 import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -58,6 +65,15 @@ Address = IPv4Address | IPv6Address
 OnChange = Callable[[Address, BackendHealth], None]
 OnCheck = Callable[[Address, Outcome], None]
 USER_AGENT = f"vipd/{__version__} (health check)"
+# How much of a failing answer is read for its failed checks: kube-apiserver's list of every
+# check is about 2 KiB.
+BODY_LIMIT = 16384
+_FAILED_CHECK = re.compile(rb"^\[-\]([^\s]+) failed", re.M)
+
+
+def failed_checks(body: bytes) -> tuple[str, ...]:
+    """The names in the ``[-]<name> failed`` lines of a health answer's body."""
+    return tuple(m.decode("ascii", "replace") for m in _FAILED_CHECK.findall(body))
 
 
 def make_ssl_context(ca_file: str | None) -> ssl.SSLContext:
@@ -296,6 +312,7 @@ class HealthChecker:
         writer: asyncio.StreamWriter | None = None
         status: int | None = None
         error: str | None = None
+        body = b""
         try:
             async with asyncio.timeout(p.timeout):
                 reader, writer = await asyncio.open_connection(
@@ -304,6 +321,19 @@ class HealthChecker:
                 writer.write(request)
                 line = await reader.readuntil(b"\n")
                 status = http.parse_status_line(line)
+                if status != 200:
+                    # Connection: close: the server ends the answer; a deadline that passes
+                    # meanwhile ends the read, not the check (the status is what it is).
+                    # (The inner deadline ends a little before the outer one, so the outer
+                    # never fires and turns an answered check into a timeout.)
+                    left = started + p.timeout - time.monotonic() - 0.02
+                    with contextlib.suppress(TimeoutError, OSError, asyncio.IncompleteReadError):
+                        async with asyncio.timeout(max(0.0, left)):
+                            while left > 0 and len(body) < BODY_LIMIT:
+                                chunk = await reader.read(BODY_LIMIT - len(body))
+                                if not chunk:
+                                    break
+                                body += chunk
         except TimeoutError:
             error = f"timeout after {p.timeout:g} s"
         except asyncio.LimitOverrunError:
@@ -322,7 +352,13 @@ class HealthChecker:
         duration = time.monotonic() - started
         if error is None and status != 200:
             error = f"http status {status}"
-        return Outcome(ok=error is None, status=status, error=error, duration=duration)
+        return Outcome(
+            ok=error is None,
+            status=status,
+            error=error,
+            duration=duration,
+            failed_checks=failed_checks(body),
+        )
 
     def _changed(self, target: _Target) -> None:
         s = target.tracker.state

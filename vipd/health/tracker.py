@@ -31,13 +31,15 @@ class Outcome:
 
     ``ok`` is True only for an HTTP 200. ``status`` is the HTTP status when a response line
     arrived (None otherwise); ``error`` says why a check failed (None when ``ok``);
-    ``duration`` is how long the check took, in seconds.
+    ``duration`` is how long the check took, in seconds. ``failed_checks``: the checks a
+    failing answer named as failed (kube-apiserver's ``[-]<name> failed`` lines), if any.
     """
 
     ok: bool
     status: int | None = None
     error: str | None = None
     duration: float = 0.0
+    failed_checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

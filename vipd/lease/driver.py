@@ -8,9 +8,38 @@ What it is
     (``vipd.election``): it runs those calls on a small thread pool, never on the event loop,
     feeds the results, the clock and the health the agent pushes (``on_health``) to the
     `Elector`, and publishes each of the core's decisions as a `Transition` with the core's
-    reason label. On SIGTERM it releases the Lease and keeps the VIP (quiet) until it reads
-    another holder in the Lease or one retry period has passed (make-before-break, as the
-    VRRP backend's stop).
+    reason label. On SIGTERM it releases the Lease and keeps the VIP (quiet) until the
+    successor shows (make-before-break, as the VRRP backend's stop), at most one retry period
+    and a little: see "The handover" below.
+
+    The evidence for the unreachable-store rule (docs/design/lease-unreachable.md)
+        - **The peers**: every result of the health checker's checks of the other API servers
+          (``on_check``) becomes a `logic.PeerState` for `logic.Elector.observe_peers`:
+          ``READY`` when the last check answered 200; ``NOT_READY`` only when the answer
+          named the etcd check as failed (``[-]etcd…`` in the body, which kube-apiserver's
+          ``/readyz`` and ``/healthz`` list in every failing answer): its store is down for
+          that node; ``UNREACHABLE`` for everything else: another failure (a 500 of a
+          shutting-down server says nothing about its store), a 401/403, never checked yet,
+          or a last answer older than two intervals and a timeout. A check with no answer
+          (timeout, refused) leaves the last answer standing until it is that old, so a
+          partitioned node loses its evidence within that lag, and one slow answer of a
+          peer whose store is down does not end it. Without a ``health``
+          section nothing is observed (client-go's rule: step down at the renew deadline);
+          with one and no peers, an empty mapping (a lone node). This node's own addresses
+          (every address on the interface, the source address, ``health.local``, 127.0.0.1,
+          ::1 and the VIP) are never peers.
+        - **The wire** (IPv4): ``vipd.host.arpwatch.ClaimWatch`` on the interface; an ARP
+          for the VIP from a MAC that is not ours is `logic.Elector.foreign_claim`.
+
+    The handover (graceful stop)
+        The release write is sent; the VIP stays. The successor reads the release at its
+        next retry, writes its acquire, binds the VIP on the answer and announces it. This
+        node drops the VIP at the first of: the successor's gratuitous ARP heard (its VIP
+        is up: no gap, no overlap beyond the frame's way), or ``SUCCESSOR_GRACE`` after the
+        send of the last read that did *not* show a successor, once a read shows one. The
+        successor's write was committed after that read was served, and it binds only after
+        its write is answered, so the two hold at once for less than ``SUCCESSOR_GRACE``
+        whatever the polling lag. Nobody seen within one retry period and a little: drop.
 
     ``MicroTime`` values are sent with a non-zero microsecond: the client formats datetimes
     with ``isoformat()``, which drops the fraction when it is zero, and the API server only
@@ -26,11 +55,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import random
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from ipaddress import IPv4Address
 from typing import Any, Protocol
 
 from vipd import kube, metrics
@@ -40,8 +71,11 @@ from vipd.controller import Controller
 from vipd.election import FOLLOWER, LEADER, Host, IPAddress, Publish, Transition, VipLink
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
+from vipd.health.tracker import Outcome as CheckOutcome
+from vipd.host.arpwatch import ClaimWatch
 from vipd.kube import ADMIN_CONF, Credentials
 from vipd.lease import logic
+from vipd.lease.logic import PeerState, Role
 from vipd.preflight import Preflight
 from vipd.track import NONE as NO_ADJUSTMENT
 from vipd.track import Adjustment
@@ -50,8 +84,11 @@ __all__ = ["ADMIN_CONF", "Credentials", "LeaseApi", "LeaseElection", "check", "m
 
 # How often a stopping leader reads the Lease while it waits for its successor.
 HANDOVER_POLL = 0.05
-# How long a stopping node keeps the VIP after it read its successor in the Lease.
-SUCCESSOR_GRACE = 0.1
+# The overlap bound of a handover (see the module docstring), less the time the agent takes
+# to remove the address once the wait ends: the make-before-break overlap stays under 0.1 s.
+SUCCESSOR_GRACE = 0.08
+# A peer check result older than this many check intervals (plus one timeout) is stale.
+PEER_STALE_INTERVALS = 2
 
 
 def check(cfg: Config, env: dict[str, str] | None = None) -> None:
@@ -65,6 +102,24 @@ def microtime(now: datetime | None = None) -> datetime:
     """A UTC time that the client serialises with six fractional digits (see the docstring)."""
     t = now or datetime.now(UTC)
     return t if t.microsecond else t.replace(microsecond=1)
+
+
+def self_addresses(cfg: Config, pre: Preflight) -> frozenset[str]:
+    """Every name this node's own API server may be listed under: never a peer."""
+    addrs = {str(a.ip) for a in pre.link.addresses}
+    addrs |= {str(pre.source), "127.0.0.1", "::1", str(cfg.vip)}
+    if cfg.health is not None:
+        addrs.add(str(cfg.health.local))
+    return frozenset(addrs)
+
+
+def peer_state(outcome: CheckOutcome) -> PeerState:
+    """One check of a peer's API server as evidence (see the module docstring)."""
+    if outcome.ok:
+        return PeerState.READY
+    if any(name.startswith("etcd") for name in outcome.failed_checks):
+        return PeerState.NOT_READY
+    return PeerState.UNREACHABLE
 
 
 def to_record(obj: Any) -> logic.Record:
@@ -128,17 +183,9 @@ class LeaseApi:
             self._last = obj
             return logic.Ok(to_record(obj))
         except ApiException as exc:
-            code = int(exc.status or 0)
-            detail = _status_message(exc)
-            if code == 404:
-                return logic.NotFound()
-            if code == 409:
-                return logic.Conflict()
-            if code == 429 or code >= 500:
-                return logic.Unavailable(code, detail)
-            if code == 0:
-                return logic.Unreachable(detail)
-            return logic.Rejected(code, detail)
+            # The core tells a store-wide refusal (NOSPACE) from this API server's own
+            # trouble (5xx, 429) by the status and the message.
+            return logic.classify(int(exc.status or 0), _status_message(exc))
         except Exception as exc:  # urllib3 timeouts/connection/TLS errors, a bad answer
             return logic.Unreachable(f"{type(exc).__name__}: {_short(exc)}")
 
@@ -222,6 +269,7 @@ class LeaseElection:
         clock: Callable[[], float] = time.monotonic,
         open_api: ApiFactory = open_api,
         jitter: Callable[[], float] = random.random,
+        claimwatch: bool = True,
     ) -> None:
         assert cfg.election.lease is not None
         self.cfg = cfg
@@ -231,6 +279,8 @@ class LeaseElection:
         self.clock = clock
         self._open_api = open_api
         self._jitter = jitter
+        self._want_claimwatch = claimwatch
+        self.self_addresses = self_addresses(cfg, pre)
         self.elector = logic.Elector(
             logic.Params(
                 identity=cfg.node,
@@ -238,8 +288,14 @@ class LeaseElection:
                 renew_deadline=self.lease.renew_deadline,
                 retry_period=self.lease.retry_period,
                 keep_on_unreachable=self.lease.keep_on_unreachable,
+                self_addresses=self.self_addresses,
             )
         )
+        self._peer_checks: dict[IPAddress, tuple[float, PeerState]] = {}
+        self._peers_told: dict[str, PeerState] | None = None
+        self.claimwatch: ClaimWatch | None = None
+        self._successor_heard: asyncio.Event | None = None
+        self.foreign_claims = 0
         self.errors: dict[str, int] = {}
         self.controller: Controller | None = None
         self.health: HealthChecker | None = None
@@ -265,12 +321,12 @@ class LeaseElection:
     @property
     def health_peers(self) -> list[IPAddress]:
         """The other nodes' API servers checked for "a healthy peer can take over":
-        ``health.peers``, else ``ipvs.backends``; never the local API server's address."""
+        ``health.peers``, else ``ipvs.backends``; never one of this node's own addresses."""
         h = self.cfg.health
         if h is None:
             return []
         listed = h.peers or self.cfg.ipvs.backends
-        return [a for a in listed if a != h.local]
+        return [a for a in listed if str(a) not in self.self_addresses]
 
     def healthy(self) -> bool:
         """The local API server's health and the tracked checks: a down track (or a file
@@ -301,6 +357,96 @@ class LeaseElection:
         """A reload's live keys: the health section's peers and gating are read from ``cfg``
         at the next poll (``vipd.reload`` refuses every change to the Lease itself)."""
         self.cfg = cfg
+
+    def on_check(self, addr: IPAddress, outcome: CheckOutcome) -> None:
+        """Every finished health check: a peer's is evidence for the core (`peer_state`)."""
+        if addr not in self.health_peers:
+            return
+        now = self.clock()
+        last = self._peer_checks.get(addr)
+        if outcome.status is None and last is not None:
+            # No answer this time: the last answer stands until it is stale. kube-apiserver
+            # rate-limits its etcd probe and lets an unlimited one block for its timeout
+            # (``newETCD3Check``), so a peer whose store is down answers most checks at once
+            # and now and then not in time: that one says nothing new.
+            pass
+        else:
+            self._peer_checks[addr] = (now, peer_state(outcome))
+        self._observe_peers(always=True)
+
+    def peer_view(self, now: float) -> dict[str, PeerState]:
+        """Each peer's state now; a peer never checked, or checked too long ago, proves
+        nothing (``UNREACHABLE``)."""
+        h = self.cfg.health
+        assert h is not None
+        stale = PEER_STALE_INTERVALS * h.interval + h.timeout
+        view: dict[str, PeerState] = {}
+        for addr in self.health_peers:
+            got = self._peer_checks.get(addr)
+            fresh = got is not None and now - got[0] <= stale
+            view[str(addr)] = got[1] if got is not None and fresh else PeerState.UNREACHABLE
+        return view
+
+    def _observe_peers(self, always: bool = False) -> None:
+        """Tell the core the peers' states (on every result, and when one turns stale).
+        Without a health section nothing is known, and nothing is said (client-go's rule)."""
+        if self.health is None or self.cfg.health is None or self._publish is None:
+            return
+        now = self.clock()
+        view = self.peer_view(now)
+        if not always and view == self._peers_told:
+            return
+        self._peers_told = view
+        self._apply(self.elector.observe_peers(now, view), now)
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the wire (IPv4): another MAC announcing the VIP ----------------------------------
+
+    def _start_claimwatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._want_claimwatch or not isinstance(self.cfg.vip, IPv4Address):
+            return
+        try:
+            self.claimwatch = ClaimWatch(
+                self.pre.link.name, self.pre.link.mac, self.cfg.vip, self._on_claim
+            )
+        except OSError as exc:
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "lease: cannot watch ARP for the VIP: another node's announcement will not "
+                "make this one yield at once",
+                error=str(exc),
+            )
+            return
+        loop.add_reader(self.claimwatch.fileno(), self._on_claim_readable)
+
+    def _on_claim_readable(self) -> None:
+        assert self.claimwatch is not None
+        try:
+            self.claimwatch.on_readable()
+        except Exception:
+            # A bad frame must not end the daemon: the watch is a hint, the Lease decides.
+            self.log.exception("lease: ARP watch failed on a frame")
+
+    def _on_claim(self, mac: str) -> None:
+        """Another MAC announced the VIP: in a handover, the successor is up (drop at once);
+        otherwise the core yields if it holds it."""
+        if self._successor_heard is not None:
+            self._successor_heard.set()
+            return
+        if self._publish is None or not self.elector.leader:
+            return
+        self.foreign_claims += 1
+        vlog.event(
+            self.log,
+            logging.WARNING,
+            "another node announced the VIP: yielding",
+            claimant_mac=mac,
+            count=self.foreign_claims,
+        )
+        now = self.clock()
+        self._apply(self.elector.foreign_claim(now), now)
         if self._wake is not None:
             self._wake.set()
 
@@ -329,7 +475,9 @@ class LeaseElection:
                 self.log,
                 logging.INFO,
                 "lease: no health section, the local API server counts as healthy "
-                "(the unreachable-store rule then keeps the VIP on every 5xx/429 outage)",
+                "(and with no peers' readiness to go on, the leader steps down at the renew "
+                "deadline when its calls fail, as client-go's; the store's NOSPACE refusals "
+                "and another node's ARP for the VIP still count)",
                 keep_on_unreachable=self.lease.keep_on_unreachable,
             )
             return
@@ -369,7 +517,10 @@ class LeaseElection:
         metrics.set_role(self.backend, FOLLOWER)
         ready()
         loop = asyncio.get_running_loop()
+        self._start_claimwatch(loop)
+        self._observe_peers(always=True)
         while True:
+            self._observe_peers()  # a result that turned stale
             now = self.clock()
             self._wake.clear()
             self._apply(
@@ -460,7 +611,10 @@ class LeaseElection:
         """Release the Lease; after a graceful stop keep the VIP until a successor shows in
         the Lease (the agent removes it when this returns)."""
         loop = asyncio.get_running_loop()
-        self._was_leader = self.elector.leader
+        # Release whatever the role: a leader whose VIP waits for ``bind_at`` holds the Lease
+        # too (``leader`` is False then). The successor wait is only for a VIP that is up.
+        held_vip = self.elector.leader
+        self._was_leader = self.elector.role is not Role.FOLLOWER
         if self.api is None or not self._was_leader:
             return
         timeout = max(0.2, min(self.lease.renew_deadline * 0.5, 5.0))
@@ -470,8 +624,10 @@ class LeaseElection:
         now = self.clock()
         self._transition(FOLLOWER, "released", "stopping: releasing the Lease", now)
         released = False
+        released_at = now
         for a in self.elector.release(now, timeout):
             if isinstance(a, logic.Send):
+                released_at = time.monotonic()
                 try:
                     outcome = await asyncio.wait_for(
                         loop.run_in_executor(self._pool, self.api.call, a.request),
@@ -489,40 +645,78 @@ class LeaseElection:
                         "could not release the Lease: peers wait for it to expire",
                         outcome=logic.outcome_kind(outcome),
                     )
-        if released and graceful:
-            await self._await_successor()
+        if released and graceful and held_vip:
+            await self._await_successor(released_at)
+        self._successor_heard = None
 
-    async def _await_successor(self) -> None:
-        """Make-before-break: keep the (quiet) VIP until a peer holds the Lease, at most one
-        retry period plus a little (the successor reads at its next retry, then writes)."""
+    async def _await_successor(self, released_at: float) -> None:
+        """Make-before-break: keep the (quiet) VIP until the successor is up, at most one
+        retry period plus a little (the successor reads at its next retry, then writes).
+        ``released_at``: when the release write was sent (monotonic); the bound on the
+        overlap is in the module docstring."""
         assert self.api is not None
         loop = asyncio.get_running_loop()
-        started = time.monotonic()
+        heard = self._successor_heard = asyncio.Event()
         bound = self.lease.retry_period + 0.5
-        while time.monotonic() - started < bound:
+        # The send time of the last read that showed no successor: its write came later.
+        clear = released_at
+        holder: str | None = None
+        while (left := released_at + bound - time.monotonic()) > 0:
+            sent = time.monotonic()
             req = logic.Request(0, logic.Verb.GET, logic.Purpose.READ, timeout=0.5)
+            read = loop.run_in_executor(self._pool, self.api.call, req)
+            listen = loop.create_task(heard.wait(), name="lease-successor-arp")
+            both: set[asyncio.Future[Any]] = {read, listen}
             try:
-                outcome = await asyncio.wait_for(
-                    loop.run_in_executor(self._pool, self.api.call, req), 1.0
+                await asyncio.wait(
+                    both, timeout=min(1.0, left), return_when=asyncio.FIRST_COMPLETED
                 )
-            except TimeoutError:
-                outcome = logic.Unreachable("timed out")
+            finally:
+                listen.cancel()
+            if heard.is_set():
+                self._handover_done("announcement heard", released_at, holder)
+                return
+            if not read.done():
+                continue  # no answer in a second: read again (the bound still holds)
+            outcome = read.result()
             if isinstance(outcome, logic.Ok) and outcome.record.holder not in (None, self.cfg.node):
-                # The write is visible here a moment before the winner has its answer and
-                # binds the VIP: give it that moment, so clients never find nobody.
-                await asyncio.sleep(SUCCESSOR_GRACE)
-                vlog.event(
-                    self.log,
-                    logging.INFO,
-                    "new holder seen: releasing the VIP",
-                    holder=outcome.record.holder,
-                    after_s=round(time.monotonic() - started, 6),
+                holder = outcome.record.holder
+                # Its write is visible here a moment before it has its answer and binds the
+                # VIP: keep the VIP until ``clear + SUCCESSOR_GRACE`` (or its ARP), so that
+                # clients never find nobody and the overlap stays bounded.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        heard.wait(), max(0.0, clear + SUCCESSOR_GRACE - time.monotonic())
+                    )
+                self._handover_done(
+                    "announcement heard" if heard.is_set() else "new holder seen",
+                    released_at,
+                    holder,
                 )
                 return
-            await asyncio.sleep(HANDOVER_POLL)
+            clear = sent
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(heard.wait(), HANDOVER_POLL)
+            if heard.is_set():
+                self._handover_done("announcement heard", released_at, holder)
+                return
         vlog.event(self.log, logging.INFO, "no new holder seen: releasing the VIP", waited_s=bound)
 
+    def _handover_done(self, how: str, released_at: float, holder: str | None) -> None:
+        vlog.event(
+            self.log,
+            logging.INFO,
+            f"{how}: releasing the VIP",
+            holder=holder,
+            after_s=round(time.monotonic() - released_at, 6),
+        )
+
     async def close(self) -> None:
+        if self.claimwatch is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self.claimwatch.fileno())
+            self.claimwatch.close()
+            self.claimwatch = None
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def stopped_fields(self) -> dict[str, object]:
@@ -569,6 +763,9 @@ class LeaseElection:
                 "local_healthy": self.healthy(),
                 "peer_healthy": self.peer_healthy(),
                 "gave_way": e.stats_yields,
+                "peers": None if e.peers is None else {k: v.value for k, v in e.peers.items()},
+                "evidence": e.evidence(now),
+                "foreign_claims": self.foreign_claims,
             },
             "master": None
             if not holder

@@ -52,7 +52,10 @@ What it is
           a read shows another holder, or when the evidence ends: then one last round at
           once, and a step-down if it fails or ``duration - renew_deadline`` passes without
           a renewal (the peer that turned ready could not read the Lease either, so it needs
-          a whole duration from its first good read).
+          a whole duration from its first good read). Evidence that arrives after the
+          renew deadline (kube-apiserver's etcd check lags the store) still brings the VIP
+          back, holding, if it comes before our last renewal's send + duration and our
+          record is the last we saw: no follower can have taken the Lease before then.
         - **The store itself** (`classify`, `StoreRefused`): etcd's NOSPACE alarm answers
           every write of every member alike, reads still work. A follower whose expiry falls
           just after the writes return would take the Lease without ever meeting a refusal,
@@ -480,6 +483,10 @@ class Elector:
     _last_renew_ok: float | None = None  # when our last successful write was answered
     _now: float = float("-inf")  # the latest ``now`` an entry point was given
     _hold_on: str = ""  # what the hold began on: "peers" or "store"
+    # Stepped down at the renew deadline without evidence, our record the last we saw: until
+    # then (our last renewal's send + duration) nobody else can have taken the Lease, so
+    # the peers' evidence arriving late still carries a hold (`_late_hold`).
+    _late_hold_until: float | None = None
 
     # -- queries -------------------------------------------------------------------------
 
@@ -594,7 +601,7 @@ class Elector:
         self.peers = {k: v for k, v in peers.items() if _same_node(k) not in mine}
         if self.released:
             return []
-        return self._check_holding(now)
+        return self._late_hold(now) + self._check_holding(now)
 
     def foreign_claim(self, now: float) -> list[Action]:
         """Another MAC announced the VIP (a gratuitous ARP or unsolicited NA): someone else
@@ -826,6 +833,9 @@ class Elector:
             f"renew deadline {self.params.renew_deadline:g} s passed without a successful "
             f"renewal ({fails})"
         )
+        rec = self.observed
+        if self.bind_at is None and rec is not None and rec.holder == self.params.identity:
+            self._late_hold_until = d - self.params.renew_deadline + self.params.duration
         if self._arm_reclaim(now):
             # Store-wide refusals: nobody can take the Lease, but a follower whose expiry
             # comes just after the writes return takes it without ever seeing a refusal, before
@@ -878,6 +888,36 @@ class Elector:
             "other node can lead",
             "store-down-ended",
         )
+
+    def _late_hold(self, now: float) -> list[Action]:
+        """The peers' evidence arrived after the renew deadline (kube-apiserver's etcd check
+        lags the store by its probe's timeout and rate limit): a follower that stepped down
+        at the deadline, whose last good view is its own record, takes the VIP back
+        (holding) while no other node can have taken the Lease yet: before the last renewal
+        it sent plus one duration, which bounds every follower's expiry from below (each
+        observed that renewal after it was sent). Then it holds as if the evidence had come
+        in time."""
+        until = self._late_hold_until
+        if until is None or self.role is not Role.FOLLOWER or self.pending_write():
+            return []
+        rec = self.observed
+        if now >= until or rec is None or rec.holder != self.params.identity:
+            self._late_hold_until = None
+            return []
+        why = self._peer_evidence()
+        if why is None:
+            return []
+        self._late_hold_until = None
+        self.role = Role.HOLDING
+        self._hold_on = "peers"
+        self.stats_holds += 1
+        self._wake(now + self.params.retry_period)
+        text = f"{why}, within one duration of our last renewal: taking the VIP back"
+        return [BecomeLeader(text, "store-down"), Hold(text, "store-down")]
+
+    def pending_write(self) -> bool:
+        p = self.pending
+        return p is not None and p.request.verb is not Verb.GET
 
     def _arm_reclaim(self, now: float) -> bool:
         """Stepping down while the store refuses writes: come back once every follower's
@@ -1054,6 +1094,7 @@ class Elector:
                 and self.observed.holder != me
             )
             self._observe(now, rec)
+            self._late_hold_until = None
             self.observed_at = sent_at  # conservative for our own expiry bookkeeping
             self.failures = []
             self.last_renew_sent = sent_at
@@ -1089,6 +1130,7 @@ class Elector:
             return actions
         # A read.
         self._observe(now, rec)
+        self._late_hold_until = None  # the store answers: the ordinary rules decide
         holder = rec.holder
         if self.role is not Role.FOLLOWER:
             if holder and holder != me:

@@ -53,6 +53,7 @@ from vipd.controller import Controller
 from vipd.election import FOLLOWER, INIT, LEADER, Host, Publish, Transition, VipLink
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
+from vipd.health.tracker import Outcome as HealthOutcome
 from vipd.host import sched
 from vipd.host.arpwatch import ClaimWatch
 from vipd.host.vmaclink import VmacLink
@@ -395,6 +396,9 @@ class VrrpElection:
         )
         now = self.clock()
         self._apply(self.machine.set_priority(now, self._current_priority()), now)
+
+    def on_check(self, addr: IPAddress, outcome: HealthOutcome) -> None:
+        """VRRP goes by health changes only (``on_health``)."""
 
     def on_link(self, up: bool) -> None:
         """Interface down is the machine's ``link_down``, up its ``link_up`` (RFC 9568 §6.4)."""

@@ -593,6 +593,31 @@ class KubeBed:
             "create", "token", account, "-n", namespace, "--duration=24h"
         ).stdout.strip()
 
+    def account_kubeconfig(self, account: str, rules: dict[str, list[dict[str, Any]]]) -> Path:
+        """A ServiceAccount ``account`` (kube-system) bound to a Role per namespace with
+        ``rules`` ({namespace: rules}), and a kubeconfig with its token (for ``vipd check``)."""
+        docs: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": account, "namespace": "kube-system"}},
+        ]  # fmt: skip
+        for ns, ns_rules in rules.items():
+            meta = {"name": account, "namespace": ns}
+            docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                         "metadata": meta, "rules": ns_rules})  # fmt: skip
+            docs.append({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": meta,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                            "name": account},
+                "subjects": [{"kind": "ServiceAccount", "name": account,
+                              "namespace": "kube-system"}],
+            })  # fmt: skip
+        text = "".join("---\n" + yaml.safe_dump(d, sort_keys=False) for d in docs)
+        self.kubectl("apply", "-f", "-", input_text=text)
+        path = self.lab.workdir / f"{account}.kubeconfig"
+        self._write_kubeconfig(path, {"token": self.token(account)})
+        return path
+
     def _bootstrap(self) -> None:
         # No kube-controller-manager runs here: its ServiceAccount controller would make the
         # namespaces' "default" accounts, which the ServiceAccount admission plugin wants for a
