@@ -279,11 +279,11 @@ def test_a_lone_node_without_an_api_server_still_takes_the_vip(
     assert n1.log_text().count("became active") == 1
     # What it exports on :2112 says so too.
     text = fetch(g.lab, "metrics")
-    assert 'vipd_health_backend_healthy{target="127.0.0.1",local="true"} 1.0' in text, text
+    assert 'vipd_health_backend_healthy{local="true",target="127.0.0.1"} 1.0' in text, text
     assert "vipd_vrrp_priority 200.0" in text
     for result, least in (("ok", 1), ("fail", 2)):
         m = re.search(
-            rf'vipd_health_checks_total{{target="127.0.0.1",result="{result}"}} (\S+)', text
+            rf'vipd_health_checks_total{{result="{result}",target="127.0.0.1"}} (\S+)', text
         )
         assert m and float(m.group(1)) >= least, (result, text)
     (local,) = json.loads(fetch(g.lab, "status"))["backends"]

@@ -157,7 +157,7 @@ def test_the_vip_leaves_a_lease_leader_whose_api_server_fails(
     assert [n for n, _ in names] == ["local", "peer", "peer"], st["backends"]
     assert ("local", False) in names and ("peer", True) in names, st["backends"]
     metrics = fetch(c, old, "metrics")
-    assert 'vipd_health_backend_healthy{target="127.0.0.1",local="true"} 0.0' in metrics
+    assert 'vipd_health_backend_healthy{local="true",target="127.0.0.1"} 0.0' in metrics
     gave_way = r'vipd_role_transitions_total\{[^}]*reason="unhealthy"[^}]*\} 1\.0'
     assert re.search(gave_way, metrics), metrics
     # It stays there, also once the old leader's API server is back: no preemption.

@@ -594,7 +594,7 @@ def test_health_metrics_and_status_follow_the_local_api_server(
         r.start()
     for d in daemons.values():
         d.start()
-    labels = 'target="127.0.0.1",local="true"'
+    labels = 'local="true",target="127.0.0.1"'
 
     def gauge(name: str) -> float | None:
         return sample(node_get(lab, name, "/metrics")[1], "vipd_health_backend_healthy", labels)
@@ -603,7 +603,7 @@ def test_health_metrics_and_status_follow_the_local_api_server(
         assert wait_for(lambda: lab.holders(VIP4) == ["n1"], 15), lab.holders(VIP4)
         assert wait_for(lambda: gauge("n1") == 1 and gauge("n2") == 1, 10)
         text = node_get(lab, "n1", "/metrics")[1]
-        ok = sample(text, "vipd_health_checks_total", 'target="127.0.0.1",result="ok"') or 0
+        ok = sample(text, "vipd_health_checks_total", 'result="ok",target="127.0.0.1"') or 0
         assert ok >= health.rise
         assert (sample(text, "vipd_health_check_duration_seconds_count", 'target="127.0.0.1"')
                 or 0) >= ok  # fmt: skip
@@ -618,7 +618,7 @@ def test_health_metrics_and_status_follow_the_local_api_server(
         api["n1"].set_health("fail")  # HTTP 500 from n1's API server
         assert wait_for(lambda: gauge("n1") == 0, health.detection_bound() + 5)
         text = node_get(lab, "n1", "/metrics")[1]
-        assert (sample(text, "vipd_health_checks_total", 'target="127.0.0.1",result="fail"')
+        assert (sample(text, "vipd_health_checks_total", 'result="fail",target="127.0.0.1"')
                 or 0) >= health.fall  # fmt: skip
         assert wait_for(lambda: lab.holders(VIP4) == ["n2"], 10), lab.holders(VIP4)
         assert wait_for(
