@@ -275,7 +275,9 @@ def test_sigterm_hands_over_within_one_retry_period(
     assert c.daemons[old].wait(10) == 0, c.logs()  # released, exited 0
     text = c.daemons[old].log_text()
     assert "became follower" in text and "released the Lease" in text
-    assert "new holder seen: releasing the VIP" in text  # make-before-break
+    # Make-before-break: the VIP goes once the successor's record is read, or at once when
+    # its gratuitous ARP is heard first (whichever comes first on this run).
+    assert re.search(r"(new holder seen|announcement heard): releasing the VIP", text), text
     assert wait_for(lambda: c.holders() == [new], 5) is not None, c.holders()
     c.stop_recording()
     c.check_invariant()
