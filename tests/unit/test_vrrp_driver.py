@@ -24,7 +24,7 @@ from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
 from vipd.preflight import HostLink, Preflight
 from vipd.vrrp import state
-from vipd.vrrp.driver import CLAIM_SETTLE, TIMER_SLACK, VrrpElection
+from vipd.vrrp.driver import CLAIM_DEFER_MAX, CLAIM_SETTLE, TIMER_SLACK, VrrpElection
 
 VIP = IPv4Address("10.0.0.100")
 SELF = IPv4Address("10.0.0.11")
@@ -342,6 +342,54 @@ def test_a_foreign_claim_is_defended_only_if_we_still_lead_after_the_settle_time
         await until(lambda: n.election.machine.state is state.State.BACKUP)
         fire_within(n, 0.1)
         assert "garp" not in n.events.since(mark)
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_a_claimants_burst_is_answered_after_its_last_frame() -> None:
+    """Under VRRP loss a backup can take over unheard and announce in a burst; a defence sent
+    in the middle of it is overwritten by its next frame. The defence waits for the burst to
+    end (CLAIM_SETTLE after the latest frame, at most CLAIM_DEFER_MAX after the first)."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        n.clock.now += 5.0
+        mark = len(n.events)
+        t0 = n.clock.now
+        for i in range(5):  # garp.repeat 5, garp.interval 10 ms
+            n.clock.now = t0 + i * 0.01
+            n.election._on_claim("02:00:00:00:00:99")
+        last = n.clock.now
+        while "garp" not in n.events.since(mark):
+            n.timers.fire_next()
+            assert n.clock.now < t0 + 1.0, n.events.since(mark)
+        assert abs(n.clock.now - (last + CLAIM_SETTLE)) < 1e-9
+        assert n.events.since(mark).count("garp") == 1
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def test_a_claim_storm_does_not_defer_the_defence_forever() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        n.clock.now += 5.0
+        mark = len(n.events)
+        t0 = n.clock.now
+        for i in range(100):  # a frame every 10 ms for a second
+            n.clock.now = t0 + i * 0.01
+            n.election._on_claim("02:00:00:00:00:99")
+            if "garp" in n.events.since(mark):
+                break
+            while (due := n.timers.next_due()) is not None and due <= n.clock.now:
+                n.timers.fire_next()
+        assert "garp" in n.events.since(mark)
+        assert n.clock.now <= t0 + CLAIM_DEFER_MAX + CLAIM_SETTLE + 0.01 + 1e-9
         n.stop.set()
         await n.stopped()
 

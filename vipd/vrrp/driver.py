@@ -75,6 +75,10 @@ SPLIT_BRAIN_ADVERTS = 3
 # (make-before-break), and our defence must not pull the clients back in between. Also how
 # long after becoming active a claim is expected (the old master's last ARP replies).
 CLAIM_SETTLE = 0.02
+# A claimant announces in a burst (``garp.repeat`` frames ``garp.interval`` apart, 40 ms by
+# default): the defence waits for CLAIM_SETTLE after its latest frame, so that ours is the
+# announcement clients keep, but never more than this after the first.
+CLAIM_DEFER_MAX = 0.25
 # Peers remembered for the status document (multicast: anyone on our VRID could show up).
 MAX_PEERS = 64
 ROLE_OF_STATE = {
@@ -207,6 +211,7 @@ class VrrpElection:
         self._vrrp_claim_at: float | None = None  # last lower-priority advert while we led
         self._split_answered_at: float | None = None  # last answer to a split-brain claim
         self._defence: Timer | None = None  # a foreign claim's defence, CLAIM_SETTLE later
+        self._defence_first = 0.0  # when the first claim of the pending defence came
         self._claims = 0
         self._master_advert_at: float | None = None  # the followed master's last advert
         self._send_error: str | None = None  # the last advert send failure, until one succeeds
@@ -820,7 +825,15 @@ class VrrpElection:
             # it (make-before-break): its replies are expected, not a claim.
             return
         if self._defence is None:
-            self._defence = self._later(CLAIM_SETTLE, lambda: self._foreign_claim(mac))
+            self._defence_first = now
+        elif now - self._defence_first < CLAIM_DEFER_MAX:
+            # Still inside the claimant's burst (with VRRP loss we may not have heard the
+            # lower-priority advert that would make it a split brain): a defence sent in the
+            # middle of it is overwritten by its next frame, and the clients stay on its MAC.
+            self._defence.cancel()
+        else:
+            return
+        self._defence = self._later(CLAIM_SETTLE, lambda: self._foreign_claim(mac))
 
     def _count_claim(self, now: float) -> None:
         self._claimed_at = now
