@@ -22,9 +22,9 @@ rounds each (default 10; ``--quick``: 3 rounds, 5/3/1 only). Three things are me
   one attempt (the median time between two answers is reported as well), and a request that
   went to a dead holder waits out its timeout, so it reads high by up to about 1 s;
 - the request rate: each vipd's ``vipd_lease_requests_total`` (all purposes and results)
-  scraped from its ``/metrics`` every 2 s; the increase between two successful scrapes,
-  summed over the run, over the time those scrapes span (a restarted vipd's counter starts at
-  zero and is counted from there).
+  scraped from its ``/metrics`` every second over a quiet window of 30 s before the first
+  round (one leader, two followers, no fault): the increase between two successful scrapes,
+  summed, over the time those scrapes span.
 
 kube-vip is not run: its module could not be built here (the Go checksum database has no
 record of its releases, and ``go`` refuses unverified modules). What the table says about it
@@ -61,7 +61,8 @@ from vipd.lab.runner import Options, execute  # noqa: E402
 
 PROFILES = {"15/10/2": (15.0, 10.0, 2.0), "5/3/1": (5.0, 3.0, 1.0)}
 STATUS_PORT = 2112  # vipd.lab.kubebed.bed.STATUS_PORT: each vipd's /metrics
-SCRAPE_EVERY = 2.0
+SCRAPE_EVERY = 1.0
+STEADY_S = 30.0  # the quiet window before the first round: the request rate is measured there
 KUBECTL_PAUSE = 0.25
 KUBECTL_TIMEOUT = 2.0  # kubectl's --request-timeout is this minus 1 s (bed.kubectl)
 SERIES = re.compile(r"^vipd_lease_requests_total\{([^}]*)\}\s+([0-9.eE+-]+)$")
@@ -161,6 +162,8 @@ class Observer:
 
     def __init__(self, bed: Any) -> None:
         self.bed = bed
+        self.holder = ",".join(bed.holders())
+        self.steady: tuple[float, float] | None = None
         self.stopping = threading.Event()
         self.attempts: list[tuple[float, float, bool]] = []
         self.scrapes: dict[str, list[tuple[float, dict[str, float] | None]]] = {
@@ -209,11 +212,21 @@ class Observer:
         self.stopping.set()
         for t in self.threads:
             t.join(timeout=10)
-        return {"kubectl": self.attempts, "scrapes": self.scrapes}
+        return {
+            "kubectl": self.attempts,
+            "scrapes": self.scrapes,
+            "steady": self.steady,
+            "holder": self.holder,
+        }
 
 
 def observe(bed: Any) -> Callable[[], Any]:
-    return Observer(bed).stop
+    """Start observing, then hold the run for the quiet window the request rate is read in."""
+    obs = Observer(bed)
+    t0 = time.monotonic()
+    time.sleep(STEADY_S)
+    obs.steady = (t0, time.monotonic())
+    return obs.stop
 
 
 # -- one run, the table ----------------------------------------------------------------------
@@ -232,12 +245,17 @@ def run_one(profile: str, fault: str, rounds: int) -> dict[str, Any]:
     for r in report["rounds"]:
         if r["ok"] and r["client_outage_ms"] is not None:
             tcp.append(r["client_outage_ms"] / 1000)
-        end = r["t_restore"] if r["t_restore"] is not None else r["t_fault"] + 120
+        # Until the round is over (re-converged): the first kubectl answer from the new
+        # holder may come after the lab saw the client served again.
+        end = r["t_end"] if r["t_end"] is not None else r["t_fault"] + 120
         k = kubectl_outage(attempts, r["t_fault"], end)
         r["kubectl_outage_s"] = k
         if r["ok"] and k is not None:
             kubectl.append(k)
-    rates = {n: request_rate(s) for n, s in observed["scrapes"].items()}
+    lo, hi = observed.get("steady") or (0.0, 0.0)
+    rates = {
+        n: request_rate([x for x in s if lo <= x[0] <= hi]) for n, s in observed["scrapes"].items()
+    }
     t = target(profile, fault)
     return {
         "profile": profile,
@@ -253,6 +271,7 @@ def run_one(profile: str, fault: str, rounds: int) -> dict[str, Any]:
         "target_s": t,
         "within_target": bool(tcp) and max(tcp) <= t and len(tcp) == rounds,
         "requests": rates,
+        "requests_leader": observed.get("holder"),
         "seconds": round(time.monotonic() - started, 1),
         "lab": report["lab"],
         "rounds": report["rounds"],
@@ -276,7 +295,9 @@ def render(results: list[dict[str, Any]]) -> str:
     for r in results:
         what = "≤ D + P" if r["fault"] == "kill" else "≤ P + 0.1"
         rps = ", ".join(
-            f"{n} {v['per_s']:.2f}" for n, v in r["requests"].items() if v["per_s"] is not None
+            f"{n}{' (leader)' if n == r['requests_leader'] else ''} {v['per_s']:.2f}"
+            for n, v in r["requests"].items()
+            if v["per_s"] is not None
         )
         lines.append(
             f"| {r['profile']} | {'node death' if r['fault'] == 'kill' else 'SIGTERM'} | "
@@ -294,7 +315,7 @@ def render(results: list[dict[str, Any]]) -> str:
         + (f"{statistics.median(periods):.2f} s" if periods else "?")
         + ", the resolution; up to ~1 s high where a request met the dead holder). Requests "
         "per second: the increase of each vipd's `vipd_lease_requests_total` (every purpose "
-        "and result) over the run."
+        "and result) over a 30 s quiet window before the first round."
     )
     return "\n".join(lines) + "\n"
 

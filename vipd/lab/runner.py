@@ -292,6 +292,7 @@ class Round:
             # monotonic clock of this run: lines the round up with an observer's samples
             "t_fault": self.t_fault,
             "t_restore": self.t_restore,
+            "t_end": self.t_end,
         }
 
 
