@@ -29,6 +29,7 @@ bound on an interface is the truth; the client's view is the measurement).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -288,6 +289,10 @@ class Round:
             "failover": self.failover.to_dict() if self.failover else None,
             "preemption": self.preemption.to_dict() if self.preemption else None,
             "error": self.error,
+            # monotonic clock of this run: lines the round up with an observer's samples
+            "t_fault": self.t_fault,
+            "t_restore": self.t_restore,
+            "t_end": self.t_end,
         }
 
 
@@ -603,10 +608,20 @@ def _start_bed(opts: Options, spec: VrrpSpec) -> Any:
     return bed
 
 
-def execute(opts: Options) -> dict[str, Any]:
-    """Run the lab and return the report (raises LabError if the lab cannot even start)."""
+# An observer of a Lease run: called with the bed once the VIP is up, it returns the function
+# that stops it and gives what it saw (the report's "observed").
+Observer = Callable[[Any], Callable[[], Any]]
+
+
+def execute(opts: Options, observe: Observer | None = None) -> dict[str, Any]:
+    """Run the lab and return the report (raises LabError if the lab cannot even start).
+
+    ``observe`` (Lease mode only) watches the bed over the rounds (bench/lease.py's kubectl
+    through the VIP and the request counters)."""
     spec = opts.spec()
     bed: Any = None
+    stop_observer: Callable[[], Any] | None = None
+    observed: Any = None
     lab = Lab(nodes=opts.nodes, prefix=opts.prefix, keep_workdir=opts.keep)
     rounds: list[Round] = []
     session: _Session | None = None
@@ -633,12 +648,16 @@ def execute(opts: Options) -> dict[str, Any]:
             )
             top = session.start()
             _log(f"VIP {spec.vip} is on {top}; client sees it")
+            if observe is not None and bed is not None:
+                stop_observer = observe(bed)
             for number in range(1, opts.rounds + 1):
                 rnd = session.round(number)
                 rounds.append(rnd)
                 if not rnd.reconverged:
                     break  # the next round would start from an unknown state
             session.prober.stop()
+            if stop_observer is not None:
+                observed, stop_observer = stop_observer(), None
             session.analyse(rounds)
             failed = not all(r.ok for r in rounds)
     except Interrupted:
@@ -646,6 +665,9 @@ def execute(opts: Options) -> dict[str, Any]:
         raise
     finally:
         with _signals_ignored():
+            if stop_observer is not None:
+                with contextlib.suppress(Exception):
+                    stop_observer()
             if session is not None:
                 session.prober.stop()
             if keep:
@@ -658,7 +680,10 @@ def execute(opts: Options) -> dict[str, Any]:
                     lab.teardown()
                 if failed:
                     _log(f"logs kept in {lab.workdir}")
-    return _report(opts, spec, lab, rounds, bed.apiserver_version if bed is not None else None)
+    report = _report(opts, spec, lab, rounds, bed.apiserver_version if bed is not None else None)
+    if observed is not None:
+        report["observed"] = observed
+    return report
 
 
 def _report(

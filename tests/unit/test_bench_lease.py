@@ -1,0 +1,76 @@
+"""The Lease benchmark's arithmetic (bench/lease.py): the request rate from scraped
+counters (a restarted vipd's counter starts again at zero), the kubectl outage from its
+attempts, and the discovery recorder's reader (vipd.lab.kubebed.discovery)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from vipd.lab.kubebed import discovery
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_lease", ROOT / "bench" / "lease.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_lease"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _bench()
+
+PAGE = """# HELP vipd_lease_requests_total Lease API calls
+# TYPE vipd_lease_requests_total counter
+vipd_lease_requests_total{purpose="read",result="ok"} 10.0
+vipd_lease_requests_total{purpose="renew",result="ok"} 4.0
+vipd_lease_requests_created{purpose="read",result="ok"} 1.7e9
+vipd_lease_errors_total{kind="conflict"} 3.0
+"""
+
+
+def test_parse_requests_takes_the_counter_series_only() -> None:
+    got = bench.parse_requests(PAGE)
+    assert got == {'purpose="read",result="ok"': 10.0, 'purpose="renew",result="ok"': 4.0}
+
+
+def test_request_rate_counts_a_restart_from_zero_and_skips_failed_scrapes() -> None:
+    r = 'purpose="read",result="ok"'
+    samples = [
+        (0.0, {r: 10.0}),
+        (2.0, {r: 12.0}),  # +2 over 2 s
+        (4.0, None),  # vipd down: neither pair around it counts
+        (6.0, {r: 1.0}),
+        (8.0, {r: 3.0}),  # +2 over 2 s
+        (10.0, {r: 1.0}),  # restarted between scrapes: +1 over 2 s
+    ]
+    got = bench.request_rate(samples)
+    assert got["requests"] == 5.0
+    assert got["seconds"] == 6.0
+    assert abs(got["per_s"] - 5 / 6) < 1e-9
+    assert got["by_purpose_per_s"] == {"read": 5 / 6}
+
+
+def test_kubectl_outage_is_the_largest_gap_across_the_fault() -> None:
+    attempts = [
+        (0.0, 0.1, True),
+        (0.3, 0.4, True),
+        (0.6, 1.6, False),  # the dead holder: the request timed out
+        (1.8, 2.9, True),
+        (3.1, 3.2, True),
+    ]
+    assert bench.kubectl_outage(attempts, 0.5, 10.0) == 2.9 - 0.4
+    assert bench.kubectl_outage(attempts, 0.05, 10.0) is None  # no answer before
+    assert bench.kubectl_outage(attempts, 5.0, 10.0) is None  # none after
+    assert abs(bench.answer_period(attempts) - 0.3) < 1e-9  # median of 0.3, 2.5, 0.3
+
+
+def test_discovery_reader_keeps_whole_json_lines(tmp_path: Path) -> None:
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"t": 1.0, "using": "in-cluster"}\nTraceback\n{"t": 2.0, "backends": []}\n{"t"')
+    assert discovery.read(p) == [{"t": 1.0, "using": "in-cluster"}, {"t": 2.0, "backends": []}]
