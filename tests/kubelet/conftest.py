@@ -1,0 +1,53 @@
+"""Fixtures for the tests on real kubelets (``vipd.lab.kubelet_bed``).
+
+What it is: ``cluster``, one ``KubeletBed`` per test module, bootstrapped as a user would
+(vipd's static pod, ``kubeadm init`` through the VIP on n1, n2 and n3 joined as control-plane
+nodes), with the VIP's holder timeline recorded (``ip monitor`` per node) from before
+``kubeadm init`` on; torn down after the module.
+
+What it must not do: skip silently (a missing binary, tool or root skips with the reason
+printed, and fails under CI=true, by ``tests.prereq``), or leave a bed behind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.prereq import missing
+from vipd.lab.addrwatch import AddressWatch
+from vipd.lab.kubelet_bed.bed import KubeletBed, usable
+
+
+@dataclass
+class Cluster:
+    bed: KubeletBed
+    watch: AddressWatch
+    init_started: float  # POSIX seconds, the clock of ``ip -ts monitor``
+    init_done: float
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    why = usable()
+    if why is not None:
+        missing(why)
+    # VIPD_LAB_KEEP=1 keeps the work directory (every node's kubelet, containerd and
+    # kubeadm logs) for a post-mortem; it is printed at the start.
+    with KubeletBed("vrrp", keep=os.environ.get("VIPD_LAB_KEEP") == "1") as bed:
+        print(f"\nkubelet bed in {bed.lab.workdir}")
+        watch = AddressWatch(bed.lab, bed.vip)
+        watch.start()
+        try:
+            started = time.time()
+            bed.init()
+            done = time.time()
+            bed.join("n2")
+            bed.join("n3")
+            yield Cluster(bed, watch, started, done)
+        finally:
+            watch.stop()

@@ -1,0 +1,491 @@
+"""The kubelet bed: three kubeadm control-plane nodes with real kubelets and containerd.
+
+What it is: ``KubeletBed`` builds, on the lab's bridge (``vipd.lab.topology.Lab``: nodes
+n1…n3 and a client namespace), three ``Machine``s (each its own network, mount and PID
+namespace, running containerd and a real kubelet, see node.py), then bootstraps a cluster the
+way docs/install.md tells a user to:
+
+1. on n1, vipd's static pod (``vipd manifest pod``, from the bed's vipd config) goes into
+   ``/etc/kubernetes/manifests`` before ``kubeadm init --upload-certs`` with
+   ``controlPlaneEndpoint: VIP:6443``: the kubelet starts vipd alongside etcd and the API
+   server, vipd binds the VIP (a lone bootstrap node may hold it while its API server is not
+   up yet), and kubeadm's wait for the API server through the VIP succeeds;
+2. n2 and n3 get the same static pod and ``kubeadm join --control-plane`` through the VIP.
+
+The kubeadm config (``init_config``/``join_config``, pure) is what a user of this sandbox
+would write: the images kubeadm lists are imported beforehand (``imagePullPolicy: Never``),
+the CoreDNS and kube-proxy addons are disabled (no pod network here; nothing in the bed
+needs cluster DNS or Service routing, and their images are not built), and the one preflight
+error ignored is named with its reason. Per-node kubelet settings (``cgroupRoot``) go in as
+kubeadm patches, so the cluster-wide kubelet config that joins download stays shared.
+
+What it must not do: pull images, touch the host's network, sysctls or firewall (everything
+is inside the lab's namespaces and the nodes' own mount namespaces), or leave processes,
+namespaces or cgroups behind after ``teardown``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from vipd.lab.kubebed import binaries
+from vipd.lab.kubelet_bed import images
+from vipd.lab.kubelet_bed.node import CONTAINERD_SOCKET, Machine, MachineError
+from vipd.lab.podman import Podman
+from vipd.lab.topology import VIP4, Lab, LabError, Node, python_argv, python_env
+
+Election = Literal["vrrp", "lease"]
+API_PORT = 6443
+POD_SUBNET = "10.244.0.0/16"
+SERVICE_SUBNET = "10.96.0.0/12"
+VIPD_IMAGE = "localhost/vipd:kubelet-bed"
+# The host is cgroup v1 (hybrid); the kubelet config says failCgroupV1: false, and kubeadm's
+# SystemVerification check still fails on v1 until it is told to skip it (its own message:
+# "You must also explicitly skip this validation", KEP-5573).
+IGNORED_PREFLIGHT = ("SystemVerification",)
+# Besides kube-apiserver, kubectl, etcd and etcdctl (binaries.REQUIRED).
+KUBELET_BINS = ("kubelet", "kubeadm", "kube-controller-manager", "kube-scheduler", "pause")
+CONTAINERD_BINS = ("containerd", "containerd-shim-runc-v2", "ctr", "crictl")
+
+
+def _log(msg: str) -> None:
+    print(f"[kubelet-bed {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def find_binaries() -> tuple[Path, Path]:
+    """(Kubernetes binaries, containerd binaries) or ``binaries.Missing`` saying what lacks."""
+    kube = binaries.find()
+    lacking = [n for n in KUBELET_BINS if not os.access(kube / n, os.X_OK)]
+    pointer = kube / "containerd.dir"
+    ctr = Path(pointer.read_text().strip()) if pointer.is_file() else None
+    if ctr is None:
+        lacking.append("containerd.dir")
+    else:
+        lacking += [n for n in CONTAINERD_BINS if not os.access(ctr / n, os.X_OK)]
+    if lacking or ctr is None:
+        raise binaries.Missing(f"{kube} lacks {', '.join(lacking)} (build: scripts/setup-kube)")
+    return kube, ctr
+
+
+def kube_version(kube_bin: Path) -> str:
+    out = subprocess.run(
+        [str(kube_bin / "kubeadm"), "version", "-o", "short"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    return out.strip()
+
+
+def etcd_tag(kube_bin: Path) -> str:
+    """The image tag for the etcd we built, in kubeadm's style (``3.6.16-0``)."""
+    return binaries.version(kube_bin / "etcd").split()[-1] + "-0"
+
+
+def cluster_config(*, version: str, endpoint: str, etcd_image_tag: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "ClusterConfiguration",
+        "kubernetesVersion": version,
+        "controlPlaneEndpoint": endpoint,
+        # Our etcd is the one scripts/setup-kube built (kubeadm 1.37 would ask for 3.7.0-0).
+        "etcd": {"local": {"imageTag": etcd_image_tag}},
+        # No pod network here (no CNI); nothing in the bed needs cluster DNS or Services.
+        "dns": {"disabled": True},
+        "proxy": {"disabled": True},
+        "networking": {"podSubnet": POD_SUBNET, "serviceSubnet": SERVICE_SUBNET},
+    }
+
+
+def kubelet_config() -> dict[str, Any]:
+    """The cluster-wide KubeletConfiguration kubeadm uploads (per-node parts are patches)."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": "cgroupfs",  # no systemd as PID 1 here
+        "failCgroupV1": False,  # the host is cgroup v1 (hybrid)
+        "failSwapOn": False,
+        # No CAP_SYS_RESOURCE: the kubelet cannot lower its own oom_score_adj (-999).
+        "oomScoreAdj": 0,
+    }
+
+
+def _node_registration(machine: Machine) -> dict[str, Any]:
+    return {
+        "name": machine.name,
+        "criSocket": f"unix://{CONTAINERD_SOCKET}",
+        "imagePullPolicy": "Never",
+        "ignorePreflightErrors": list(IGNORED_PREFLIGHT),
+        "kubeletExtraArgs": [{"name": "node-ip", "value": machine.ipv4}],
+    }
+
+
+def init_config(
+    machine: Machine,
+    *,
+    cluster: dict[str, Any],
+    token: str,
+    certificate_key: str,
+    patches: Path,
+) -> str:
+    init = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "InitConfiguration",
+        "bootstrapTokens": [{"token": token, "ttl": "2h0m0s"}],
+        "certificateKey": certificate_key,
+        "localAPIEndpoint": {"advertiseAddress": machine.ipv4, "bindPort": API_PORT},
+        "nodeRegistration": _node_registration(machine),
+        "patches": {"directory": str(patches)},
+    }
+    return yaml.safe_dump_all([init, cluster, kubelet_config()], sort_keys=False)
+
+
+def join_config(
+    machine: Machine,
+    *,
+    endpoint: str,
+    token: str,
+    ca_hash: str,
+    certificate_key: str,
+    patches: Path,
+) -> str:
+    join = {
+        "apiVersion": "kubeadm.k8s.io/v1beta4",
+        "kind": "JoinConfiguration",
+        "discovery": {
+            "bootstrapToken": {
+                "apiServerEndpoint": endpoint,
+                "token": token,
+                "caCertHashes": [ca_hash],
+            }
+        },
+        "controlPlane": {
+            "localAPIEndpoint": {"advertiseAddress": machine.ipv4, "bindPort": API_PORT},
+            "certificateKey": certificate_key,
+        },
+        "nodeRegistration": _node_registration(machine),
+        "patches": {"directory": str(patches)},
+    }
+    return yaml.safe_dump(join, sort_keys=False)
+
+
+def new_token() -> str:
+    """A bootstrap token, ``[a-z0-9]{6}.[a-z0-9]{16}`` (kubeadm's format)."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    pick = "".join(secrets.choice(alphabet) for _ in range(22))
+    return f"{pick[:6]}.{pick[6:]}"
+
+
+class KubeletBed:
+    """Three kubeadm control-plane nodes with vipd; a context manager that always tears down."""
+
+    def __init__(
+        self,
+        election: Election = "vrrp",
+        *,
+        prefix: str | None = None,
+        workdir: Path | None = None,
+        keep: bool = False,
+    ) -> None:
+        self.election = election
+        self.kube_bin, self.ctr_bin = find_binaries()
+        self.lab = Lab(nodes=3, prefix=prefix, workdir=workdir, keep_workdir=keep)
+        self.vip = VIP4
+        self.endpoint = f"{VIP4}:{API_PORT}"
+        self.version = kube_version(self.kube_bin)
+        self.token = new_token()
+        self.certificate_key = secrets.token_hex(32)
+        self.machines: dict[str, Machine] = {}
+        self.events: list[tuple[float, str]] = []  # (monotonic, what) for the timeline
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> KubeletBed:
+        try:
+            self.build()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def note(self, what: str) -> None:
+        self.events.append((time.monotonic(), what))
+        _log(what)
+
+    def build(self) -> None:
+        self.lab.build()
+        cluster = self.cluster_config()
+        cfg = self.lab.workdir / "images.yaml"
+        cfg.write_text(yaml.safe_dump(cluster))
+        names = subprocess.run(
+            [str(self.kube_bin / "kubeadm"), "config", "images", "list", "--config", str(cfg)],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.split()  # fmt: skip
+        specs = images.plan(names)
+        sandbox = next(s.name for s in specs if s.programs == ("pause",))
+        t0 = time.monotonic()
+        archive = images.ensure_archive(
+            Podman(),
+            specs,
+            self.kube_bin,
+            vipd_image=VIPD_IMAGE,
+            source_root=Path(__file__).resolve().parents[3],
+        )
+        self.note(f"images ready in {time.monotonic() - t0:.1f} s: {', '.join(names)}")
+        for node in self.lab.nodes:
+            self.machines[node.name] = Machine(
+                node.name,
+                node.ns,
+                node.ipv4,
+                self.lab.workdir / node.name,
+                cgroup=f"vipd-{self.lab.prefix}-{node.name}",
+                keep_addresses=[node.ipv4, node.ipv6],
+                path=[self.ctr_bin, self.kube_bin],
+                archive=archive,
+                sandbox_image=sandbox,
+            )
+        t0 = time.monotonic()
+        self.boot_all()
+        self.note(
+            f"3 nodes booted (containerd up, images imported) in {time.monotonic() - t0:.1f} s"
+        )
+
+    def teardown(self) -> None:
+        for machine in self.machines.values():
+            try:
+                machine.remove()
+            except (MachineError, OSError) as exc:
+                _log(f"teardown {machine.name}: {exc}")
+        self.lab.teardown()
+
+    def boot_all(self, names: Sequence[str] | None = None) -> None:
+        chosen = [self.machines[n] for n in (names or list(self.machines))]
+        with concurrent.futures.ThreadPoolExecutor(len(chosen)) as pool:
+            for fut in [pool.submit(m.boot) for m in chosen]:
+                fut.result()
+
+    def power_off_all(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(len(self.machines)) as pool:
+            for fut in [pool.submit(m.power_off) for m in self.machines.values()]:
+                fut.result()
+
+    # -- configs -------------------------------------------------------------------------
+
+    def cluster_config(self) -> dict[str, Any]:
+        return cluster_config(
+            version=self.version, endpoint=self.endpoint, etcd_image_tag=etcd_tag(self.kube_bin)
+        )
+
+    def vipd_config(self) -> dict[str, Any]:
+        """One config for every node's vipd (each pod's identity is its node name)."""
+        if self.election != "vrrp":
+            raise NotImplementedError("the kubelet bed runs VRRP mode only so far")
+        return {
+            "vip": self.vip,
+            "interface": "eth0",
+            "election": {"mode": "vrrp", "vrrp": {"vrid": 51, "advert_interval": 0.1}},
+            "garp": {"repeat": 3, "interval": 0.01},
+        }
+
+    def render(self, kind: str, *extra: str) -> str:
+        """``vipd manifest KIND`` for the bed's config, as a user runs it."""
+        cfg = self.lab.workdir / "vipd.yaml"
+        cfg.write_text(yaml.safe_dump(self.vipd_config()))
+        proc = subprocess.run(
+            python_argv("vipd", "manifest", kind, "--config", str(cfg), "--image", VIPD_IMAGE,
+                        *extra),
+            capture_output=True, text=True, timeout=60, check=False, env=python_env(),
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise MachineError(f"vipd manifest {kind}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def _patches(self, machine: Machine) -> Path:
+        # A kubeadm patch for this node's kubelet config only: its own cgroup subtree.
+        patches = machine.dir / "patches"
+        patches.mkdir(exist_ok=True)
+        (patches / "kubeletconfiguration+merge.yaml").write_text(
+            yaml.safe_dump({"cgroupRoot": f"/{machine.cgroup}"})
+        )
+        return patches
+
+    def write_static_pod(self, machine: Machine) -> None:
+        manifests = machine.root / "etc/kubernetes/manifests"
+        manifests.mkdir(parents=True, exist_ok=True)
+        (manifests / "vipd.yaml").write_text(self.render("pod"))
+
+    # -- bootstrap -----------------------------------------------------------------------
+
+    def kubeadm(self, machine: Machine, *args: str, timeout: float = 600.0) -> str:
+        t0 = time.monotonic()
+        proc = machine.run(["kubeadm", *args], timeout=timeout, check=False)
+        log = machine.dir / "kubeadm.log"
+        with log.open("a") as out:
+            out.write(f"$ kubeadm {' '.join(args)}\n{proc.stdout}\n{proc.stderr}\n")
+        if proc.returncode != 0:
+            raise MachineError(
+                f"{machine.name}: kubeadm {args[0]} failed (exit {proc.returncode}) after "
+                f"{time.monotonic() - t0:.0f} s: {proc.stderr.strip()[-1500:]} (log: {log})"
+            )
+        return proc.stdout
+
+    def init(self) -> None:
+        first = self.machines["n1"]
+        self.write_static_pod(first)
+        cfg = first.dir / "kubeadm-init.yaml"
+        cfg.write_text(
+            init_config(
+                first,
+                cluster=self.cluster_config(),
+                token=self.token,
+                certificate_key=self.certificate_key,
+                patches=self._patches(first),
+            )
+        )
+        t0 = time.monotonic()
+        self.note("n1: kubeadm init (vipd static pod in place)")
+        self.kubeadm(first, "init", "--config", str(cfg), "--upload-certs")
+        self.note(f"n1: kubeadm init done in {time.monotonic() - t0:.1f} s")
+        took = self.wait_settled(["n1"])
+        self.note(f"n1: Ready, its API server ready {took:.1f} s later")
+
+    def ca_hash(self) -> str:
+        """``sha256:<hex>`` of the cluster CA's public key, as ``kubeadm join`` checks it."""
+        ca = self.machines["n1"].root / "etc/kubernetes/pki/ca.crt"
+        pub = subprocess.run(
+            ["openssl", "x509", "-pubkey", "-noout", "-in", str(ca)],
+            capture_output=True, check=True, timeout=10,
+        ).stdout  # fmt: skip
+        der = subprocess.run(
+            ["openssl", "pkey", "-pubin", "-outform", "der"],
+            input=pub, capture_output=True, check=True, timeout=10,
+        ).stdout  # fmt: skip
+        return "sha256:" + hashlib.sha256(der).hexdigest()
+
+    def api_ready(self, name: str, timeout: float = 3.0) -> bool:
+        """Does node ``name``'s own API server answer /readyz (anonymous, as probes do)?"""
+        url = f"https://{self.lab.node(name).ipv4}:{API_PORT}/readyz"
+        proc = self.lab.exec(
+            self.lab.client_ns,
+            ["curl", "-sk", "--max-time", str(timeout), url],
+            check=False, timeout=timeout + 5,
+        )  # fmt: skip
+        return proc.stdout.strip() == "ok"
+
+    def wait_settled(self, names: Sequence[str], timeout: float = 180.0) -> float:
+        """Until each named node is Ready and its own API server is ready (seconds taken).
+
+        A control-plane join adds an etcd member: joining the next node before the last
+        one's member and API server are up risks quorum on a loaded machine, as it would
+        for a user joining nodes back to back.
+        """
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                ready = self.nodes_ready()
+            except (LabError, subprocess.TimeoutExpired, json.JSONDecodeError):
+                ready = {}
+            if all(ready.get(n) for n in names) and all(self.api_ready(n) for n in names):
+                return time.monotonic() - t0
+            time.sleep(1)
+        raise MachineError(f"nodes {', '.join(names)} not ready in {timeout:.0f} s")
+
+    def join(self, name: str) -> None:
+        machine = self.machines[name]
+        self.write_static_pod(machine)
+        cfg = machine.dir / "kubeadm-join.yaml"
+        cfg.write_text(
+            join_config(
+                machine,
+                endpoint=self.endpoint,
+                token=self.token,
+                ca_hash=self.ca_hash(),
+                certificate_key=self.certificate_key,
+                patches=self._patches(machine),
+            )
+        )
+        t0 = time.monotonic()
+        self.note(f"{name}: kubeadm join --control-plane")
+        self.kubeadm(machine, "join", "--config", str(cfg))
+        self.note(f"{name}: kubeadm join done in {time.monotonic() - t0:.1f} s")
+        took = self.wait_settled([name])
+        self.note(f"{name}: Ready, its API server ready {took:.1f} s later")
+
+    # -- the client's view ---------------------------------------------------------------
+
+    def client_kubeconfig(self) -> Path:
+        """n1's admin.conf (server: the VIP), for the client namespace."""
+        return self.machines["n1"].root / "etc/kubernetes/admin.conf"
+
+    def kubectl(self, *args: str, timeout: float = 30.0, check: bool = True) -> str:
+        proc = self.lab.exec(
+            self.lab.client_ns,
+            [str(self.kube_bin / "kubectl"), "--kubeconfig", str(self.client_kubeconfig()),
+             "--request-timeout", f"{max(1, int(timeout))}s", *args],
+            timeout=timeout + 5, check=check,
+        )  # fmt: skip
+        return proc.stdout
+
+    def readyz(self, timeout: float = 3.0) -> bool:
+        """Does ``kubectl get --raw /readyz`` through the VIP answer ok right now?"""
+        try:
+            return self.kubectl("get", "--raw", "/readyz", timeout=timeout, check=False) == "ok"
+        except subprocess.TimeoutExpired:
+            return False
+
+    def wait_readyz(self, timeout: float) -> float:
+        """Seconds until /readyz through the VIP answers ok; MachineError after ``timeout``."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.readyz():
+                return time.monotonic() - t0
+            time.sleep(0.5)
+        raise MachineError(f"/readyz through the VIP did not answer in {timeout:.0f} s")
+
+    def nodes_ready(self) -> dict[str, bool]:
+        data = json.loads(self.kubectl("get", "nodes", "-o", "json"))
+        out = {}
+        for item in data["items"]:
+            conds = {c["type"]: c["status"] for c in item["status"].get("conditions", [])}
+            out[item["metadata"]["name"]] = conds.get("Ready") == "True"
+        return out
+
+    def holders(self) -> list[str]:
+        return self.lab.holders(self.vip)
+
+    def node(self, name: str) -> Node:
+        return self.lab.node(name)
+
+    def running_containers(self, name: str) -> list[str]:
+        """Names of the containers the node's containerd runs (``crictl ps``)."""
+        out = self.machines[name].crictl("ps", "-o", "json")
+        return sorted(c["metadata"]["name"] for c in json.loads(out)["containers"])
+
+
+def usable() -> str | None:
+    """Why the kubelet bed cannot run here (None: it can)."""
+    if os.geteuid() != 0:
+        return f"needs root for namespaces and cgroups (running as uid {os.geteuid()})"
+    for tool in ("ip", "nsenter", "unshare", "openssl", "podman", "runc", "mmdebstrap"):
+        if shutil.which(tool) is None:
+            return f"needs the {tool} command (scripts/setup installs it)"
+    if not os.access("/usr/sbin/runc", os.X_OK):
+        return "needs Debian's runc at /usr/sbin/runc (scripts/setup installs it)"
+    try:
+        find_binaries()
+    except binaries.Missing as exc:
+        return f"{exc}; build them with {binaries.BUILD_COMMAND} (as root)"
+    return None
