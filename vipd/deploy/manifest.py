@@ -13,9 +13,11 @@ What the objects guarantee (asserted in tests/unit/test_manifest.py):
 
 - both pods: ``hostNetwork``, capabilities NET_ADMIN and NET_RAW only (drop ALL), no
   privilege escalation, a read-only root filesystem, priority class system-node-critical,
-  the metrics port, liveness on ``/healthz`` and readiness on ``/readyz`` of vipd's own
-  endpoint, and a termination grace period longer than vipd's stop deadline (the
-  make-before-break wait, at most Skew_Time(priority 1) + one advert interval);
+  liveness on ``/healthz`` and readiness on ``/readyz`` of vipd's own endpoint (the
+  metrics port is declared on the DaemonSet's pod only: kube-scheduler counts a mirror pod's
+  host ports, so a static pod declaring it would keep the DaemonSet pod off its node), and
+  a termination grace period longer than vipd's stop deadline (the make-before-break wait,
+  at most Skew_Time(priority 1) + one advert interval);
 - DaemonSet: a ``pull`` init container (the same image, so it is on the node before the
   static pod goes away), an ``adopt`` init container (``vipd adopt``: delete the static
   manifest, wait until the static instance released the metrics port), the manifests
@@ -215,7 +217,9 @@ def _probe(p: Plan, path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _vipd_container(p: Plan, opts: Options, *, in_cluster: bool) -> dict[str, Any]:
+def _vipd_container(
+    p: Plan, opts: Options, *, in_cluster: bool, declare_port: bool
+) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "VIPD_CONFIG", "value": p.config_text},
@@ -236,7 +240,11 @@ def _vipd_container(p: Plan, opts: Options, *, in_cluster: bool) -> dict[str, An
         "imagePullPolicy": "IfNotPresent",
         "args": ["run"],
         "env": env,
-        "ports": [{"name": "metrics", "containerPort": p.listen_port, "protocol": "TCP"}],
+        **(
+            {"ports": [{"name": "metrics", "containerPort": p.listen_port, "protocol": "TCP"}]}
+            if declare_port
+            else {}
+        ),
         "livenessProbe": _probe(p, "/healthz", 10, 3),
         "readinessProbe": _probe(p, "/readyz", 2, 1),
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
@@ -312,7 +320,12 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
         "priorityClassName": "system-node-critical",
         "terminationGracePeriodSeconds": grace_period(p),
         "automountServiceAccountToken": False,
-        "containers": [_vipd_container(sp, opts, in_cluster=False)],
+        # No ``ports`` on the static pod: with hostNetwork a declared containerPort is a
+        # hostPort, and kube-scheduler (NodePorts filter) counts the mirror pod's ports, so
+        # the DaemonSet pod, which declares the same port, could never be scheduled onto a
+        # node whose static pod is still there, and removing that static pod is its own
+        # adopt init container's job. The probes name the port by number.
+        "containers": [_vipd_container(sp, opts, in_cluster=False, declare_port=False)],
     }
     volumes = _host_file_volumes(p)
     spec["volumes"] = volumes
@@ -377,7 +390,7 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         # A NotReady or pressured control-plane node is when the VIP has to move.
         "tolerations": [{"operator": "Exists"}],
         "initContainers": [pull, adopt],
-        "containers": [_vipd_container(dp, opts, in_cluster=p.uses_api)],
+        "containers": [_vipd_container(dp, opts, in_cluster=p.uses_api, declare_port=True)],
         "volumes": [
             {"name": "manifests", "hostPath": {"path": MANIFESTS_DIR, "type": "Directory"}},
             *_host_file_volumes(p),
