@@ -3,7 +3,8 @@
 What it is: ``cluster``, one ``KubeletBed`` per test module, bootstrapped as a user would
 (vipd's static pod, ``kubeadm init`` through the VIP on n1, n2 and n3 joined as control-plane
 nodes), with the VIP's holder timeline recorded (``ip monitor`` per node) from before
-``kubeadm init`` on; torn down after the module.
+``kubeadm init`` on and the 2 ms TCP prober through the VIP from the client namespace after
+the joins; torn down after the module.
 
 What it must not do: skip silently (a missing binary, tool or root skips with the reason
 printed, and fails under CI=true, by ``tests.prereq``), or leave a bed behind.
@@ -48,6 +49,7 @@ def cluster() -> Iterator[Cluster]:
             done = time.time()
             bed.join("n2")
             bed.join("n3")
+            bed.start_client()
             yield Cluster(bed, watch, started, done)
         finally:
             watch.stop()

@@ -3,18 +3,22 @@
 Asserted: the VIP is bound on n1 (by vipd, started by the kubelet from its static manifest)
 before ``kubeadm init`` finished, and ``init`` with ``controlPlaneEndpoint: VIP:6443`` and both
 control-plane joins through the VIP succeed; every node's own containerd runs vipd, etcd and
-the control plane; from then on the VIP is on exactly one node, never two at once; and after
+the control plane; from then on the VIP is on exactly one node, never two at once; the rendered
+DaemonSet, placed by a node label, takes over node by node with the leader last, each step
+moving the VIP at most once (only the leader's does); and after
 all three nodes lose power at once and boot again (nothing done by hand), every node's vipd
 and API server run again and ``kubectl get --raw /readyz`` through the VIP answers within 60 s.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
 
 from tests.kubelet.conftest import Cluster
+from vipd.lab.addrwatch import AddrEvent
 
 pytestmark = pytest.mark.kubelet
 
@@ -48,6 +52,54 @@ def test_kubeadm_init_and_joins_through_the_vip(cluster: Cluster) -> None:
         conf = (bed.machines[name].root / "etc/kubernetes/admin.conf").read_text()
         assert f"server: https://{bed.endpoint}" in conf
     assert len(bed.holders()) == 1
+    _no_two_holders(cluster)
+
+
+def _client_gap(cluster: Cluster, start: float, end: float) -> tuple[float, int]:
+    """Longest span between successful prober attempts in [start, end], and the failures."""
+    assert cluster.bed.prober is not None
+    tries = [a for a in cluster.bed.prober.attempts() if start <= a.start <= end]
+    ok = [a.start for a in tries if a.ok]
+    assert ok, "the prober saw no answer through the VIP"
+    gap = max((b - a for a, b in itertools.pairwise(ok)), default=0.0)
+    return gap, sum(1 for a in tries if not a.ok)
+
+
+def _withdrawn(claim: AddrEvent, events: list[AddrEvent]) -> bool:
+    """Was ``claim`` undone within the overlap limit (two equal-priority backups both claim
+    at Skew_Time after the leader's priority-0 advert; the lower address yields at once)?"""
+    return any(
+        not e.added and e.node == claim.node and 0 <= e.at - claim.at <= OVERLAP_LIMIT
+        for e in events
+    )
+
+
+def test_daemonset_adopts_node_by_node_leader_last(cluster: Cluster) -> None:
+    bed = cluster.bed
+    bed.apply_daemonset()
+    (leader,) = bed.holders()
+    order = [n for n in ("n1", "n2", "n3") if n != leader] + [leader]
+    for name in order:
+        before = bed.holders()
+        t0_wall, t0 = time.time(), time.monotonic()
+        took = bed.adopt(name)
+        time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
+        after = bed.holders()
+        events = [e for e in cluster.watch.events if e.at >= t0_wall]
+        claims = [e for e in events if e.added]
+        moves = [e for e in claims if not _withdrawn(e, events)]
+        gap, failed = _client_gap(cluster, t0, time.monotonic())
+        print(f"\nadopt {name} in {took:.1f} s: holder {before} -> {after}, "
+              f"{len(moves)} VIP move(s) ({len(claims)} claim(s): "
+              f"{[(e.node, round(e.at - t0_wall, 3)) for e in claims]}), "
+              f"client-seen longest gap {gap * 1000:.0f} ms, {failed} failed connects")  # fmt: skip
+        assert len(after) == 1, after
+        assert len(moves) <= 1, claims
+        if name != leader:
+            assert after == before, "a follower's handover moved the VIP"
+    assert set(bed.vipd_pods()) == {"n1", "n2", "n3"}
+    for name in ("n1", "n2", "n3"):
+        assert not (bed.machines[name].root / "etc/kubernetes/manifests/vipd.yaml").exists()
     _no_two_holders(cluster)
 
 

@@ -44,6 +44,8 @@ from vipd.lab.kubebed import binaries
 from vipd.lab.kubelet_bed import images
 from vipd.lab.kubelet_bed.node import CONTAINERD_SOCKET, Machine, MachineError
 from vipd.lab.podman import Podman
+from vipd.lab.prober import Prober
+from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, Lab, LabError, Node, python_argv, python_env
 
 Election = Literal["vrrp", "lease"]
@@ -51,6 +53,11 @@ API_PORT = 6443
 POD_SUBNET = "10.244.0.0/16"
 SERVICE_SUBNET = "10.96.0.0/12"
 VIPD_IMAGE = "localhost/vipd:kubelet-bed"
+# The lab's responder on every node: the 2 ms prober through the VIP learns who answers (the
+# API server's TLS port says nothing before a handshake). Part of the instrument, not of the
+# node: it runs in the node's network namespace, outside its PID namespace.
+WHO_PORT = 7443
+ADOPT_LABEL = "vipd.example/daemonset"
 # The host is cgroup v1 (hybrid); the kubelet config says failCgroupV1: false, and kubeadm's
 # SystemVerification check still fails on v1 until it is told to skip it (its own message:
 # "You must also explicitly skip this validation", KEP-5573).
@@ -206,6 +213,8 @@ class KubeletBed:
         self.token = new_token()
         self.certificate_key = secrets.token_hex(32)
         self.machines: dict[str, Machine] = {}
+        self.responders: list[Responder] = []
+        self.prober: Prober | None = None
         self.events: list[tuple[float, str]] = []  # (monotonic, what) for the timeline
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -264,6 +273,8 @@ class KubeletBed:
         )
 
     def teardown(self) -> None:
+        if self.prober is not None:
+            self.prober.stop()
         for machine in self.machines.values():
             try:
                 machine.remove()
@@ -424,7 +435,54 @@ class KubeletBed:
         took = self.wait_settled([name])
         self.note(f"{name}: Ready, its API server ready {took:.1f} s later")
 
+    # -- the handover to the DaemonSet ---------------------------------------------------
+
+    def apply_daemonset(self) -> None:
+        """The rendered DaemonSet, placed by a node label so nodes hand over one by one."""
+        path = self.lab.workdir / "vipd-daemonset.yaml"
+        path.write_text(self.render("daemonset", "--node-label", ADOPT_LABEL))
+        self.kubectl("apply", "-f", str(path))
+
+    def vipd_pods(self) -> dict[str, dict[str, Any]]:
+        """The DaemonSet's pods by node name."""
+        data = json.loads(
+            self.kubectl("get", "pods", "-n", "kube-system", "-l",
+                         "app.kubernetes.io/component=daemonset", "-o", "json")
+        )  # fmt: skip
+        return {p["spec"].get("nodeName", ""): p for p in data["items"]}
+
+    def adopt(self, name: str, timeout: float = 180.0) -> float:
+        """Label node ``name`` and wait until its DaemonSet pod is ready and its static
+        manifest gone (``vipd adopt`` removed it); seconds taken."""
+        t0 = time.monotonic()
+        self.note(f"{name}: label {ADOPT_LABEL} (adopt)")
+        self.kubectl("label", "node", name, f"{ADOPT_LABEL}=")
+        static = self.machines[name].root / "etc/kubernetes/manifests/vipd.yaml"
+        while time.monotonic() - t0 < timeout:
+            try:
+                pod = self.vipd_pods().get(name)
+            except (LabError, subprocess.TimeoutExpired, json.JSONDecodeError):
+                pod = None
+            statuses = (pod or {}).get("status", {}).get("containerStatuses") or []
+            if statuses and all(c.get("ready") for c in statuses) and not static.exists():
+                took = time.monotonic() - t0
+                self.note(f"{name}: DaemonSet pod ready, static pod gone, {took:.1f} s")
+                return took
+            time.sleep(0.5)
+        phase = (pod or {}).get("status", {})
+        raise MachineError(f"{name}: adopt not done in {timeout:.0f} s: pod status {phase}")
+
     # -- the client's view ---------------------------------------------------------------
+
+    def start_client(self) -> Prober:
+        """Responders on the nodes and the 2 ms TCP prober through the VIP."""
+        for node in self.lab.nodes:
+            responder = Responder(self.lab, node, WHO_PORT)
+            responder.start()
+            self.responders.append(responder)
+        self.prober = Prober(self.lab, self.vip, WHO_PORT)
+        self.prober.start()
+        return self.prober
 
     def client_kubeconfig(self) -> Path:
         """n1's admin.conf (server: the VIP), for the client namespace."""
