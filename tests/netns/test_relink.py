@@ -10,7 +10,8 @@ What it tests (RFC 9568 §6.4: the interface deleted is a Shutdown, back again a
   ``/status`` names its master by the source of the adverts it accepts). The leader's
   address changed in place (``Lab.readdress``): it keeps the VIP, and its adverts come from
   the new address. With ``election.vrrp.vmac`` the macvlan goes with its parent and is made
-  again on the new one. After every step, exactly one node holds the VIP for a while.
+  again on the new one. With an IPv6 VIP the adverts' source is the new interface's own
+  link-local address. After every step, exactly one node holds the VIP for a while.
 - Lease (the Lease API emulator of tests/netns/test_lease.py in the client namespace, no
   health section): the leader's interface re-created: it still holds the Lease (alone in its
   view: no healthy peer to give way to), binds the VIP on the new interface and announces
@@ -31,7 +32,7 @@ import pytest
 from tests.netns.test_lease import LeaseCluster, lease_cluster  # noqa: F401 (a fixture)
 from tests.netns.waiting import wait_for
 from vipd.lab.daemons import VipdDaemon, VrrpSpec
-from vipd.lab.topology import VIP4, Lab, Node
+from vipd.lab.topology import VIP4, VIP6, Lab, Node
 
 SETTLE = 1.0  # seconds with exactly one holder that count as settled
 
@@ -51,19 +52,33 @@ def master_seen_by(lab: Lab, node: Node) -> str | None:
     return master.get("address")
 
 
-def settled(lab: Lab, who: str, logs: Callable[[], str], timeout: float = 10.0) -> None:
+def settled(
+    lab: Lab, who: str, logs: Callable[[], str], timeout: float = 10.0, vip: str = VIP4
+) -> None:
     """``who`` alone holds the VIP, and still alone ``SETTLE`` seconds later."""
-    took = wait_for(lambda: lab.holders(VIP4) == [who], timeout, step=0.05)
-    assert took is not None, f"VIP on {lab.holders(VIP4)}, expected {who}\n{logs()}"
+    took = wait_for(lambda: lab.holders(vip) == [who], timeout, step=0.05)
+    assert took is not None, f"VIP on {lab.holders(vip)}, expected {who}\n{logs()}"
     end = time.monotonic() + SETTLE
     while time.monotonic() < end:
-        assert lab.holders(VIP4) == [who], f"VIP on {lab.holders(VIP4)}\n{logs()}"
+        assert lab.holders(vip) == [who], f"VIP on {lab.holders(vip)}\n{logs()}"
         time.sleep(0.05)
+
+
+def link_local(lab: Lab, node: Node) -> str | None:
+    out = lab.ip(node.ns, "-j", "-6", "addr", "show", "dev", "eth0", "scope", "link")
+    found = [
+        str(a["local"])
+        for link in json.loads(out or "[]")
+        for a in link.get("addr_info", [])
+        if str(a.get("local", "")).startswith("fe80:")
+    ]
+    return found[0] if found else None
 
 
 @pytest.fixture
 def vrrp(lab: Lab, request: pytest.FixtureRequest) -> Iterator[dict[str, VipdDaemon]]:
-    spec = VrrpSpec(vip=VIP4, advert_interval=0.1, vmac=getattr(request, "param", False))
+    overrides: dict[str, Any] = getattr(request, "param", {})
+    spec = VrrpSpec(**{"vip": VIP4, "advert_interval": 0.1, **overrides})
     daemons = {n.name: VipdDaemon(lab, n, spec, lab.nodes) for n in lab.nodes}
     for d in daemons.values():
         d.start()
@@ -119,7 +134,7 @@ def test_vrrp_leader_and_backup_re_created_and_the_leader_readdressed(
     assert status(lab, n1).get("source") == new1
 
 
-@pytest.mark.parametrize("vrrp", [True], indirect=True, ids=["vmac"])
+@pytest.mark.parametrize("vrrp", [{"vmac": True}], indirect=True, ids=["vmac"])
 def test_vrrp_vmac_leader_re_created_gets_its_macvlan_back(
     lab: Lab, vrrp: dict[str, VipdDaemon]
 ) -> None:
@@ -132,6 +147,24 @@ def test_vrrp_vmac_leader_re_created_gets_its_macvlan_back(
     macvlan = [link for link in links if link.get("ifname") == "vrrp.51"]
     assert macvlan and macvlan[0].get("address") == "00:00:5e:00:01:33", links
     assert "interface re-created: fresh sockets on it" in vrrp["n1"].log_text(), logs()
+
+
+@pytest.mark.parametrize("vrrp", [{"vip": VIP6}], indirect=True, ids=["ipv6"])
+def test_vrrp_ipv6_leader_re_created_advertises_from_its_new_link_local_address(
+    lab: Lab, vrrp: dict[str, VipdDaemon]
+) -> None:
+    """RFC 9568 §5.1.2.1: the IPv6 source is the interface's link-local address, which a new
+    interface (a new MAC) changes."""
+    logs = tails(vrrp)
+    n1, _, n3 = lab.nodes
+    settled(lab, "n1", logs, timeout=20.0, vip=VIP6)
+    before = link_local(lab, n1)
+    assert wait_for(lambda: master_seen_by(lab, n3) == before, 5) is not None, logs()
+    lab.replug(n1)
+    after = link_local(lab, n1)
+    assert after is not None and after != before
+    settled(lab, "n1", logs, vip=VIP6)
+    assert wait_for(lambda: master_seen_by(lab, n3) == after, 5) is not None, logs()
 
 
 def test_lease_leader_and_follower_re_created(
