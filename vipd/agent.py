@@ -5,7 +5,9 @@ What it is
     status (``vipd.endpoint.server``), the controller that turns a role into desired state on
     the host (``vipd.controller``: the VIP, its gratuitous ARP, the IPVS leader flag), the
     address and announcement actuators on the VIP's link, the link watch of the configured
-    interface, the health checker of the API servers (``vipd.health.checker``), the IPVS
+    interface (followed by name: deleted, it is a Shutdown; created again, a Startup on fresh
+    sockets and actuators; a new primary address, the node's new source address), the
+    health checker of the API servers (``vipd.health.checker``), the IPVS
     runtime (``vipd.ipvs.runtime``), sd_notify, the ordered stop and the exit codes. It picks
     the backend with a plain ``if`` (`make_election`) and talks to it only through the
     election port (``vipd.election``): the backend publishes `Transition` records, the agent
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -47,9 +50,9 @@ from vipd.hooks import HookRunner
 from vipd.host import sdnotify
 from vipd.host.address import AddressActuator
 from vipd.host.announce import Announcer
-from vipd.host.linkwatch import LinkWatch
+from vipd.host.linkwatch import Interface, LinkWatch
 from vipd.host.neighbor import announcement, parse_mac
-from vipd.preflight import Preflight
+from vipd.preflight import Preflight, advert_source
 from vipd.track import Adjustment
 from vipd.tracking import TrackChecker
 
@@ -73,7 +76,10 @@ Loader = Callable[[], Config]
 class LinkState(Protocol):
     """What the agent needs of ``vipd.host.linkwatch.LinkWatch`` (a fake in unit tests)."""
 
-    state: bool
+    @property
+    def state(self) -> bool: ...
+    @property
+    def iface(self) -> Interface: ...
 
     def fileno(self) -> int: ...
     def on_readable(self) -> None: ...
@@ -88,11 +94,17 @@ class Announcement(Announce, Protocol):
     def close(self) -> None: ...
 
 
-# The host seams: the VIP's actuators on a link, and the watch of the configured interface.
+# The host seams: the VIP's actuators on a link, and the watch of the configured interface
+# (by name; the second callback hears every address change: index, address or None).
 MakeActuators = Callable[
     [VipLink, IPAddress, Callable[[int], None]], "tuple[Actuator, Announcement]"
 ]
-WatchLink = Callable[[int, Callable[[bool], None]], LinkState]
+WatchLink = Callable[
+    [str, Callable[[Interface], None], Callable[[int, IPAddress | None], None]], LinkState
+]
+# A relink that failed (the interface went again, the virtual MAC could not be made) is
+# tried again this much later, or at the next change of the interface, whichever is first.
+RELINK_RETRY = 1.0
 
 
 def host_actuators(
@@ -141,6 +153,9 @@ class Agent:
         self.address: Actuator | None = None
         self.announcer: Announcement | None = None
         self.linkwatch: LinkState | None = None
+        self.vip_link: VipLink | None = None
+        self._usable = False  # what the backend was last told (on_link)
+        self._link_changed = asyncio.Event()
         self.health: HealthChecker | None = None
         self.ipvs: IpvsRuntime | None = None
         self.tracks: TrackChecker | None = None
@@ -209,11 +224,134 @@ class Agent:
             self.election.on_track(adj)
         self._publish(time.monotonic())
 
-    def _on_link(self, up: bool) -> None:
-        metrics.INTERFACE_UP.labels(interface=self.pre.link.name).set(1 if up else 0)
-        if not self._stopping:
-            self.election.on_link(up)
+    def _on_link(self, iface: Interface) -> None:
+        """The configured interface changed: `_follow_link` applies it, in order."""
+        metrics.INTERFACE_UP.labels(interface=self.pre.link.name).set(1 if iface.up else 0)
+        self._link_changed.set()
         self._publish(time.monotonic())
+
+    def _on_address(self, index: int, ip: IPAddress | None) -> None:
+        """An address changed somewhere: the VIP's own on its link is the controller's to
+        check at once (a VIP removed by someone else is added again); None: notifications
+        were lost, so it looks again."""
+        link = self.vip_link
+        if self.controller is None or self._stopping:
+            return
+        if ip is None or (ip == self.cfg.vip and link is not None and index == link.index):
+            self.controller.kick()
+
+    def _source(self, iface: Interface) -> IPAddress | None:
+        """The node's advert source on ``iface`` (preflight's rule), None if it has none."""
+        if not iface.present:
+            return None
+        return advert_source(self.cfg.vip, iface.host_link(), self.pre.unicast_peers)
+
+    async def _follow_link(self) -> None:
+        """Apply every change of the configured interface, one at a time, until cancelled."""
+        while True:
+            await self._link_changed.wait()
+            self._link_changed.clear()
+            if self.linkwatch is not None and not self._stopping:
+                await self._apply_link(self.linkwatch.iface)
+
+    async def _apply_link(self, iface: Interface) -> None:
+        """RFC 9568 §6.4 on the interface as it is now.
+
+        Usable means present, up, and with a source address. Losing any of it is a
+        Shutdown (``on_link(False)``; a deleted link took the VIP with it: the controller
+        is unlinked). The same name with another index or MAC is a new interface, and a
+        new source address a new identity on the wire: the backend reopens its sockets on
+        it (``relink``), the agent makes new actuators on the VIP's link. Then, usable
+        again, a Startup (``on_link(True)``)."""
+        source = self._source(iface)
+        usable = iface.up and source is not None
+        new_link = iface.present and (iface.index, iface.mac) != (
+            self.pre.link.index,
+            self.pre.link.mac,
+        )
+        if self._usable and (not usable or new_link):
+            self._usable = False
+            why = (
+                "deleted"
+                if not iface.present
+                else "re-created"
+                if new_link
+                else "down"
+                if not iface.up
+                else "without a source address"
+            )
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "interface unusable: leaving the election",
+                interface=iface.name,
+                why=why,
+            )
+            self.election.on_link(False)
+        if not iface.present and self.controller is not None:
+            self.controller.unlink()
+        if usable and (new_link or source != self.pre.source):
+            assert source is not None
+            if not await self._relink(iface, source, new_link):
+                return
+        if usable and not self._usable:
+            self._usable = True
+            self.election.on_link(True)
+        self._publish(time.monotonic())
+
+    async def _relink(self, iface: Interface, source: IPAddress, new_link: bool) -> bool:
+        """Fresh sockets and actuators on the interface as it is now; False if that failed
+        (tried again `RELINK_RETRY` later, or at the next change)."""
+        old = self.pre
+        pre = dataclasses.replace(old, link=iface.host_link(), source=source)
+        try:
+            link = await self.election.relink(pre)
+            if new_link or link != self.vip_link:
+                address, announcer = self._make_actuators(link, self.cfg.vip, self._count_garp)
+                for part in (self.address, self.announcer):
+                    if part is not None:
+                        with contextlib.suppress(OSError):
+                            part.close()
+                self.address, self.announcer = address, announcer
+                if self.controller is not None:
+                    self.controller.relink(address, announcer)
+                self.vip_link = link
+        except Exception as exc:
+            vlog.event(
+                self.log,
+                logging.ERROR,
+                "could not rejoin on the interface: trying again",
+                interface=iface.name,
+                index=iface.index,
+                error=exc,
+                retry_s=RELINK_RETRY,
+            )
+            asyncio.get_running_loop().call_later(RELINK_RETRY, self._link_changed.set)
+            return False
+        self.pre = pre
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "interface re-created: fresh sockets on it" if new_link else "source address changed",
+            interface=iface.name,
+            index=iface.index,
+            index_was=old.link.index,
+            mac=iface.mac,
+            source=source,
+            source_was=old.source,
+            vip_link=link.name,
+        )
+        h = self.cfg.health
+        if h is not None and h.local == old.source and source != old.source:
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "health.local is the node's old address: the local API server is still "
+                "checked there (change it in the config and restart)",
+                local=h.local,
+                source=source,
+            )
+        return True
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
@@ -396,13 +534,14 @@ class Agent:
         worker: asyncio.Task[None] | None = None
         elect: asyncio.Task[None] | None = None
         heart: asyncio.Task[None] | None = None
+        follow: asyncio.Task[None] | None = None
         code = EXIT_OK
         self.election.init_metrics()
         if self.endpoint is not None:
             self.endpoint.beat(time.monotonic())
             heart = loop.create_task(self.endpoint.heartbeat(self._publish), name="heartbeat")
         try:
-            link = await self.election.prepare()
+            link = self.vip_link = await self.election.prepare()
             self.address, self.announcer = self._make_actuators(
                 link, self.cfg.vip, self._count_garp
             )
@@ -415,10 +554,19 @@ class Agent:
             worker = loop.create_task(self.controller.run(), name="controller")
             self.hooks.start()
             self.linkwatch = self._watch_link(
-                self.pre.link.index, lambda up: self._guarded(self._on_link, up)
+                self.pre.link.name,
+                lambda iface: self._guarded(self._on_link, iface),
+                lambda index, ip: self._guarded(self._on_address, index, ip),
             )
+            iface = self.linkwatch.iface
+            self._usable = (
+                iface.up
+                and (iface.index, iface.mac) == (self.pre.link.index, self.pre.link.mac)
+                and self._source(iface) == self.pre.source
+            )
+            self._link_changed.set()  # whatever changed since preflight's snapshot
             self.health = self._start_health()
-            self.election.attach(Host(self.controller, self.health, self.linkwatch.state))
+            self.election.attach(Host(self.controller, self.health, self._usable))
             if self.cfg.track:
                 self.tracks = TrackChecker(
                     self.cfg.track, lambda a: self._guarded(self._on_track, a), log=self.log
@@ -441,8 +589,9 @@ class Agent:
             elect = loop.create_task(
                 self.election.run(self._on_transition, self._on_ready), name="election"
             )
+            follow = loop.create_task(self._follow_link(), name="link")
             stopper = loop.create_task(stop.wait(), name="stop-signal")
-            waiters: set[asyncio.Future[Any]] = {stopper, self._fatal, worker, elect}
+            waiters: set[asyncio.Future[Any]] = {stopper, self._fatal, worker, elect, follow}
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             for fut in done:
@@ -452,6 +601,8 @@ class Agent:
                 raise RuntimeError("the controller stopped unexpectedly")
             if elect in done:
                 raise RuntimeError("the election stopped unexpectedly")
+            if follow in done:
+                raise RuntimeError("the link follower stopped unexpectedly")
         except Exception:
             self.log.exception("crashed: releasing the VIP and exiting")
             code = EXIT_CRASH
@@ -459,6 +610,10 @@ class Agent:
             assert self.stop_signal is not None
             code = EXIT_SIGNAL_BASE + self.stop_signal
         self._stopping = True
+        if follow is not None and not follow.done():
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
         self._publish(time.monotonic())
         await self._stop(worker, elect, graceful=code != EXIT_CRASH)
         if heart is not None:

@@ -4,9 +4,14 @@ What it is: the controller that the agent tells "leader" or "follower" (from the
 backend's transitions) and that keeps the host converged on that: the VIP bound (and
 announced) on the leader, absent everywhere else, and the IPVS leader flag (`follow`). A
 role change is applied at once, in the same turn of the event loop as the decision (binding
-costs one ~15 µs netlink round trip, so there is nothing to gain from deferring it); a
-periodic resync re-observes the host, so a VIP deleted by hand on the leader comes back and a
-VIP left behind on a follower goes away, and a change that failed is retried.
+costs one ~15 µs netlink round trip, so there is nothing to gain from deferring it). The host
+is re-observed whenever the kernel reports a change of the VIP's address (``kick``: the
+agent follows RTM_NEWADDR / RTM_DELADDR through ``vipd.host.linkwatch``), so a VIP deleted by
+hand on the leader comes back at once and a VIP left behind on a follower goes away; a change
+that failed is retried after a short pause, and a slow periodic resync (``RESYNC_INTERVAL``)
+covers anything no notification told. When the VIP's link is deleted (``unlink``) nothing is
+converged until the agent hands over the actuators of the link that replaces it
+(``relink``): the leader then binds and announces the VIP there.
 
 What it must not do: elect (that is the backend's job), or wait on anything slow: it runs on
 the loop that sends adverts (https://github.com/acassen/keepalived/issues/1653 and /2066
@@ -17,6 +22,7 @@ non-blocking kernel request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -29,6 +35,10 @@ from vipd.host.address import Op, plan
 
 if TYPE_CHECKING:
     from vipd.config import Garp
+
+# The periodic resync: a safety net only. The kernel reports every address change to the
+# agent's link watch (and flags lost notifications with ENOBUFS, which also kicks a resync).
+RESYNC_INTERVAL = 30.0
 
 
 class Address(Protocol):
@@ -96,7 +106,7 @@ class Controller:
         announcer: Announce,
         garp: GarpPolicy,
         log: logging.Logger,
-        resync_interval: float = 0.5,
+        resync_interval: float = RESYNC_INTERVAL,
     ) -> None:
         self.address = address
         self.announcer = announcer
@@ -108,7 +118,9 @@ class Controller:
         self.bound = False
         self._pending_takeover: Takeover | None = None
         self._timers: list[asyncio.TimerHandle] = []
-        self._retry = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._failed = False
+        self._linked = True  # the VIP's link exists (see unlink / relink)
         self._followers: list[LeaderFlag] = []
 
     # -- what the agent calls ------------------------------------------------------------
@@ -132,6 +144,27 @@ class Controller:
         for flag in self._followers:
             flag.set_leader(leader)
 
+    def kick(self) -> None:
+        """The VIP's address changed on the host (or notifications were lost): resync now."""
+        self._wake.set()
+
+    def unlink(self) -> None:
+        """The VIP's link was deleted, and the VIP with it: stop announcing, and converge
+        nothing on the old link (its index is gone) until `relink`."""
+        self._linked = False
+        self._cancel_timers()
+        self.announcer.cancel()
+        self.bound = False
+        self._export_bound()
+
+    def relink(self, address: Address, announcer: Announce) -> None:
+        """The actuators of the link that replaces a deleted one: a leader binds and
+        announces the VIP on it now (a new link, a new MAC: the clients must hear of it)."""
+        self.address, self.announcer = address, announcer
+        self._linked = True
+        self.bound = False
+        self.reconcile(resync=True)
+
     def announce(self) -> None:
         """Re-announce the VIP (a lower-priority node claimed it)."""
         if self.leader and self.bound:
@@ -147,30 +180,34 @@ class Controller:
             self.stats.reconcile_errors += 1
             metrics.RECONCILE_ERRORS.labels(actuator="address").inc()
             vlog.event(self.log, logging.ERROR, "reconcile failed", actuator="address", error=exc)
-            self._retry.set()
+            self._failed = True
+            self._wake.set()
             return False
         finally:
             self._export_bound()
+        self._failed = False
         return True
 
     def _export_bound(self) -> None:
         metrics.VIP_BOUND.labels(vip=str(self.address.vip)).set(1 if self.bound else 0)
 
     async def run(self) -> None:
-        """Resync every ``resync_interval`` (sooner after a failure); runs until cancelled."""
+        """Resync on every `kick`, after a failure, and every ``resync_interval``; runs until
+        cancelled."""
         # The first pass observes the host: a stale VIP from a crashed run goes away here.
         self.reconcile(resync=True)
         while True:
-            try:
-                await asyncio.wait_for(self._retry.wait(), self.resync_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.resync_interval)
+            if self._failed:
                 # A failed change is retried after a short pause, not in a tight loop.
                 await asyncio.sleep(min(0.1, self.resync_interval))
-            except TimeoutError:
-                pass
-            self._retry.clear()
+            self._wake.clear()
             self.reconcile(resync=True)
 
     def _converge(self, resync: bool) -> None:
+        if not self._linked:
+            return  # the link is gone: nothing to observe or change until relink
         want = self.leader
         if resync:
             present = self.address.observe()

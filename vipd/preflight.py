@@ -58,6 +58,7 @@ __all__ = [
     "HostLink",
     "HostView",
     "Preflight",
+    "advert_source",
     "check_host",
     "read_host",
     "resolve_interface",
@@ -282,7 +283,7 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
     if peers:
         findings.append(f"unicast mode: adverts go to {', '.join(str(p) for p in peers)}")
 
-    global_v6 = isinstance(vip, IPv6Address) and any(not p.is_link_local for p in peers)
+    global_v6 = _global_v6(vip, peers)
     primary = _primary(link, vip, global_v6)
     if primary is None:
         why = (
@@ -321,6 +322,21 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
         stale_vip=stale_vip,
         unicast_peers=peers,
     )
+
+
+def advert_source(
+    vip: IPAddress, link: HostLink, unicast_peers: Iterable[IPAddress] = ()
+) -> IPAddress | None:
+    """The node's source address on ``link`` by the rule `check_host` applies at start (the
+    first usable primary IPv4 address; IPv6: the link-local one, or a global one towards
+    global unicast peers); None when the link has none. The agent asks again whenever the
+    interface's addresses change, so the adverts follow a new primary address."""
+    primary = _primary(link, vip, _global_v6(vip, tuple(unicast_peers)))
+    return None if primary is None else primary.ip
+
+
+def _global_v6(vip: IPAddress, peers: tuple[IPAddress, ...]) -> bool:
+    return isinstance(vip, IPv6Address) and any(not p.is_link_local for p in peers)
 
 
 def _family(ip: IPAddress) -> str:
