@@ -161,6 +161,16 @@ class LeaseCluster:
         )
         return got[0]
 
+    def became_leader_after(self, t: float, exclude: str | None = None) -> tuple[str, float] | None:
+        best: tuple[str, float] | None = None
+        for name, spans in self.beliefs().items():
+            if name == exclude:
+                continue
+            for a, _ in spans:
+                if a >= t and (best is None or a < best[1]):
+                    best = (name, a)
+        return best
+
     def started(self, name: str) -> bool:
         return "lease election started" in self.daemons[name].log_text()
 
