@@ -7,7 +7,7 @@ import logging
 from ipaddress import IPv4Address
 from typing import Any
 
-from vipd.controller import Controller, GarpPolicy
+from vipd.controller import Controller, GarpPolicy, VipActuators
 from vipd.host.address import Op, plan
 
 
@@ -53,8 +53,7 @@ class FakeAnnouncer:
 def make(present: bool = False, **garp: Any) -> tuple[Controller, FakeAddress, FakeAnnouncer]:
     addr, ann = FakeAddress(present), FakeAnnouncer()
     ctl = Controller(
-        address=addr,
-        announcer=ann,
+        vips=[VipActuators(addr, ann)],
         garp=GarpPolicy(**garp),
         log=logging.getLogger("test"),
         resync_interval=0.05,
