@@ -358,16 +358,17 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     from vipd import config
     from vipd.deploy import manifest
 
-    opts = manifest.Options(
-        image=args.image,
-        namespace=args.namespace,
-        static_manifest=args.static_manifest,
-        adopt_timeout=args.adopt_timeout,
-        super_admin=args.super_admin,
-        node_label=args.node_label,
-    )
     source = "stdin" if args.config == STDIN else os.path.basename(args.config)
     try:
+        opts = manifest.Options(
+            image=args.image,
+            namespace=args.namespace,
+            static_manifest=args.static_manifest,
+            adopt_timeout=args.adopt_timeout,
+            super_admin=args.super_admin,
+            node_label=args.node_label,
+            name=args.name,
+        )
         plan = manifest.plan(_read_data(args.config))
         text = manifest.render(args.kind, plan, opts, source=source)
     except (config.ConfigError, manifest.ManifestError) as exc:
@@ -464,9 +465,17 @@ def build_parser(
         "--namespace", default=m.DEFAULT_NAMESPACE, help="pods' namespace (%(default)s)"
     )
     p_man.add_argument(
+        "--name",
+        default=m.NAME,
+        help="the name of every object (pods, DaemonSet, ServiceAccount, RBAC) and their "
+        "app.kubernetes.io/instance label: a second vipd on the same nodes needs its own "
+        "(%(default)s)",
+    )
+    p_man.add_argument(
         "--static-manifest",
-        default=m.DEFAULT_STATIC_MANIFEST,
-        help="the static pod's file on each node, which adopt removes (%(default)s)",
+        default=None,
+        help="the static pod's file on each node, which adopt removes (default: "
+        f"{m.MANIFESTS_DIR}/NAME.yaml, {m.DEFAULT_STATIC_MANIFEST} with the default name)",
     )
     p_man.add_argument(
         "--adopt-timeout",
