@@ -657,6 +657,12 @@ class Agent:
             logging.INFO,
             "stopped",
             **self.election.stopped_fields(),
+            # The other instances' (a second VRRP family): the same fields, by family.
+            **{
+                f"instance{i}": inst.election.stopped_fields()
+                for i, inst in enumerate(self.instances)
+                if i > 0
+            },
             garp_sent=self.garp_sent,
             stop_errors=self.stop_errors,
         )

@@ -14,6 +14,9 @@ What it tests:
 - ``test_three_nodes_two_vips_node_death_moves_both``: three vipd nodes with both VIPs; the
   leader (n1, priority 200) holds both, it dies, and n2 (150) ends up with both while n3
   holds neither; n1 restarts and preempts both back.
+- ``test_lease_moves_the_whole_set``: the same two VIPs with the Lease backend (the lab's
+  Lease API emulator): one holder binds both, and when it dies the next holder (the one the
+  Lease names) binds both.
 
 Who holds a VIP is always read from the kernel (``Lab.holders``), never from logs.
 """
@@ -27,9 +30,10 @@ import pytest
 
 from tests.netns.waiting import wait_for
 from vipd.lab import faults
-from vipd.lab.daemons import Daemon, DaemonKind, VrrpSpec, make_daemon
+from vipd.lab.daemons import Daemon, DaemonKind, LeaseSpec, VipdDaemon, VrrpSpec, make_daemon
+from vipd.lab.fakes.lease_emulator import Emulator, serve_in_netns
 from vipd.lab.faults import NodeRig
-from vipd.lab.topology import VIP4, VIP6, Lab
+from vipd.lab.topology import CLIENT4, VIP4, VIP6, Lab
 
 pytestmark = pytest.mark.netns
 
@@ -149,3 +153,48 @@ def test_three_nodes_two_vips_node_death_moves_both(make_lab: Callable[..., Lab]
     finally:
         for d in daemons.values():
             d.stop()
+
+
+def test_lease_moves_the_whole_set(make_lab: Callable[..., Lab]) -> None:
+    duration, renew, retry = 5, 3.0, 1.0  # the lab's fast Lease profile
+    lab = make_lab(3)
+    emu = Emulator(lab.workdir, [n.name for n in lab.nodes], host=CLIENT4, port=16443)
+    for n in lab.nodes:
+        emu.kubeconfig(n.name)
+    serve_in_netns(emu, lab.client_ns)
+    spec = VrrpSpec(
+        vip=VIP4,
+        extra_vips=(VIP6,),
+        lease=LeaseSpec(f"https://{CLIENT4}:16443", duration, renew, retry),
+    )
+    daemons = {n.name: VipdDaemon(lab, n, spec, lab.nodes) for n in lab.nodes}
+    try:
+        for d in daemons.values():
+            d.start()
+
+        def one_holder_of_both() -> str | None:
+            v4, v6 = both(lab)
+            return v4[0] if len(v4) == 1 and v4 == v6 else None
+
+        assert wait_for(lambda: one_holder_of_both() is not None, 30, step=0.05), report(
+            lab, *daemons.values()
+        )
+        old = one_holder_of_both()
+        assert old is not None
+        faults.kill(lab, NodeRig(lab.node(old), daemons[old]))
+
+        def new_holder() -> str | None:
+            v4, v6 = both(lab)
+            live = [h for h in v4 if h != old]
+            return live[0] if len(live) == 1 and [h for h in v6 if h != old] == live else None
+
+        moved = wait_for(lambda: new_holder() is not None, duration + retry + 10, step=0.05)
+        assert moved is not None, report(lab, *daemons.values())
+        new = new_holder()
+        rec = emu.store.get("kube-system", "vipd-cp-lock")
+        assert rec is not None and rec["spec"]["holderIdentity"] == new
+        print(f"\n[lease, 2 VIPs] {old} died, {new} holds both after {moved:.3f} s")
+    finally:
+        for d in daemons.values():
+            d.stop()
+        emu.stop()

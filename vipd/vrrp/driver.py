@@ -777,7 +777,7 @@ class VrrpElection:
         m = self.machine
         if m.state is state.State.BACKUP and m.master_ip == src:
             self._master_advert_at = now
-        held = self.controller is not None and self.controller.bound
+        held = self.controller is not None and self.controller.any_bound
         if priority > 0 and held and m.state is state.State.ACTIVE:
             self._claimed_at = now
             self._vrrp_claim_at = now
@@ -822,7 +822,7 @@ class VrrpElection:
             return
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # a new leader's announcement after we stepped down: the normal case
-        if self.controller is None or not self.controller.bound:
+        if self.controller is None or not self.controller.any_bound:
             return
         now = self.clock()
         m = self.machine
@@ -869,7 +869,7 @@ class VrrpElection:
         self._defence = None
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # it was a higher-priority node moving the clients before its advert
-        if self.controller is None or not self.controller.bound:
+        if self.controller is None or not self.controller.any_bound:
             return
         now = self.clock()
         self._count_claim(now)
@@ -916,7 +916,7 @@ class VrrpElection:
 
     def _duplicate_claim(self) -> float:
         """vipd_vip_duplicate_claim, read by the HTTP thread when scraped."""
-        claimed, held = self._claimed_at, self.controller is not None and self.controller.bound
+        claimed, held = self._claimed_at, self.controller is not None and self.controller.any_bound
         window = 3 * self.machine.advert_interval
         return 1.0 if held and claimed is not None and self.clock() - claimed <= window else 0.0
 
