@@ -402,3 +402,14 @@ def test_an_ipv6_takeover_binds_only_the_ipv6_vip() -> None:
         assert await asyncio.wait_for(task, 5) == EXIT_OK
 
     asyncio.run(scenario())
+
+
+def test_a_reload_refuses_a_change_of_the_vip_set() -> None:
+    from vipd import reload
+
+    two = config.parse(doc(vips=[str(V4), str(V6)]))
+    assert reload.plan(two, config.parse(doc(vips=[str(V4)]))).refused == ("vips",)
+    assert reload.plan(two, config.parse(doc(vips=[str(V6), str(V4)]))).refused == ("vips",)
+    one = config.parse(doc(vip=str(V4)))
+    assert reload.plan(one, config.parse(doc(vip=str(V4B)))).refused == ("vip",)
+    assert not reload.plan(two, config.parse(doc(vips=[str(V4), str(V6)]))).changed
