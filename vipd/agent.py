@@ -5,7 +5,9 @@ What it is
     status (``vipd.endpoint.server``), the controller that turns a role into desired state on
     the host (``vipd.controller``: the VIP, its gratuitous ARP, the IPVS leader flag), the
     address and announcement actuators on the VIP's link, the link watch of the configured
-    interface, the health checker of the API servers (``vipd.health.checker``), the IPVS
+    interface (followed by name: deleted, it is a Shutdown; created again, a Startup on fresh
+    sockets and actuators; a new primary address, the node's new source address), the
+    health checker of the API servers (``vipd.health.checker``), the IPVS
     runtime (``vipd.ipvs.runtime``), sd_notify, the ordered stop and the exit codes. It picks
     the backend with a plain ``if`` (`make_election`) and talks to it only through the
     election port (``vipd.election``): the backend publishes `Transition` records, the agent
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -55,9 +58,9 @@ from vipd.hooks import HookRunner
 from vipd.host import sdnotify
 from vipd.host.address import AddressActuator
 from vipd.host.announce import Announcer
-from vipd.host.linkwatch import LinkWatch
+from vipd.host.linkwatch import Interface, LinkWatch
 from vipd.host.neighbor import announcement, parse_mac
-from vipd.preflight import Preflight
+from vipd.preflight import Preflight, advert_source
 from vipd.track import Adjustment
 from vipd.tracking import TrackChecker
 
@@ -81,7 +84,10 @@ Loader = Callable[[], Config]
 class LinkState(Protocol):
     """What the agent needs of ``vipd.host.linkwatch.LinkWatch`` (a fake in unit tests)."""
 
-    state: bool
+    @property
+    def state(self) -> bool: ...
+    @property
+    def iface(self) -> Interface: ...
 
     def fileno(self) -> int: ...
     def on_readable(self) -> None: ...
@@ -96,11 +102,17 @@ class Announcement(Announce, Protocol):
     def close(self) -> None: ...
 
 
-# The host seams: the VIP's actuators on a link, and the watch of the configured interface.
+# The host seams: the VIP's actuators on a link, and the watch of the configured interface
+# (by name; the second callback hears every address change: index, address or None).
 MakeActuators = Callable[
     [VipLink, IPAddress, Callable[[int], None]], "tuple[Actuator, Announcement]"
 ]
-WatchLink = Callable[[int, Callable[[bool], None]], LinkState]
+WatchLink = Callable[
+    [str, Callable[[Interface], None], Callable[[int, IPAddress | None], None]], LinkState
+]
+# A relink that failed (the interface went again, the virtual MAC could not be made) is
+# tried again this much later, or at the next change of the interface, whichever is first.
+RELINK_RETRY = 1.0
 
 
 def host_actuators(
@@ -133,6 +145,7 @@ class Instance:
     hooks: HookRunner
     controller: Controller | None = None
     actuators: list[tuple[Actuator, Announcement]] = field(default_factory=list)
+    link: VipLink | None = None  # where its VIPs are bound (the interface, or its macvlan)
     ready: bool = False
 
     @property
@@ -173,6 +186,8 @@ class Agent:
             for e in elections
         ]
         self.linkwatch: LinkState | None = None
+        self._usable = False  # what the backend was last told (on_link)
+        self._link_changed = asyncio.Event()
         self.health: HealthChecker | None = None
         self.ipvs: IpvsRuntime | None = None
         self.tracks: TrackChecker | None = None
@@ -187,6 +202,11 @@ class Agent:
     def election(self) -> Election:
         """The first instance's election: the backend name, and the top of ``/status``."""
         return self.instances[0].election
+
+    @property
+    def vip_link(self) -> VipLink | None:
+        """The first instance's VIP link."""
+        return self.instances[0].link
 
     @property
     def elections(self) -> list[Election]:
@@ -276,12 +296,159 @@ class Agent:
                 e.on_track(adj)
         self._publish(time.monotonic())
 
-    def _on_link(self, up: bool) -> None:
-        metrics.INTERFACE_UP.labels(interface=self.pre.link.name).set(1 if up else 0)
-        if not self._stopping:
-            for e in self.elections:
-                e.on_link(up)
+    def _on_link(self, iface: Interface) -> None:
+        """The configured interface changed: `_follow_link` applies it, in order."""
+        metrics.INTERFACE_UP.labels(interface=self.pre.link.name).set(1 if iface.up else 0)
+        self._link_changed.set()
         self._publish(time.monotonic())
+
+    def _on_address(self, index: int, ip: IPAddress | None) -> None:
+        """An address changed somewhere: a VIP's own on its instance's link is that
+        controller's to check at once (a VIP removed by someone else is added again); None:
+        notifications were lost, so every controller looks again."""
+        if self._stopping:
+            return
+        for inst in self.instances:
+            link = inst.link
+            if inst.controller is None:
+                continue
+            if ip is None or (ip in inst.vips and link is not None and index == link.index):
+                inst.controller.kick()
+
+    def _pre_sources(self) -> tuple[IPAddress, ...]:
+        """The advert sources in use, one per family of the VIPs (preflight's, or the last
+        relink's)."""
+        return self.pre.sources or (self.pre.source,)
+
+    def _sources(self, iface: Interface) -> tuple[IPAddress, ...] | None:
+        """The node's advert source on ``iface`` for each family of the VIPs (preflight's
+        rule), IPv4 first; None if the interface is gone or any family has none."""
+        if not iface.present:
+            return None
+        link = iface.host_link()
+        out: list[IPAddress] = []
+        for version in self.cfg.families:
+            src = advert_source(self.cfg.family(version)[0], link, self.pre.peers_for(version))
+            if src is None:
+                return None
+            out.append(src)
+        return tuple(out)
+
+    async def _follow_link(self) -> None:
+        """Apply every change of the configured interface, one at a time, until cancelled."""
+        while True:
+            await self._link_changed.wait()
+            self._link_changed.clear()
+            if self.linkwatch is not None and not self._stopping:
+                await self._apply_link(self.linkwatch.iface)
+
+    def _on_link_all(self, up: bool) -> None:
+        for e in self.elections:
+            e.on_link(up)
+
+    async def _apply_link(self, iface: Interface) -> None:
+        """RFC 9568 §6.4 on the interface as it is now, for every instance.
+
+        Usable means present, up, and with a source address for every family of the VIPs.
+        Losing any of it is a Shutdown (``on_link(False)``; a deleted link took the VIPs with
+        it: the controllers are unlinked). The same name with another index or MAC is a new
+        interface, and a new source address a new identity on the wire: the backends reopen
+        their sockets on it (``relink``), the agent makes new actuators on each instance's
+        VIP link. Then, usable again, a Startup (``on_link(True)``)."""
+        sources = self._sources(iface)
+        usable = iface.up and sources is not None
+        new_link = iface.present and (iface.index, iface.mac) != (
+            self.pre.link.index,
+            self.pre.link.mac,
+        )
+        if self._usable and (not usable or new_link):
+            self._usable = False
+            why = (
+                "deleted"
+                if not iface.present
+                else "re-created"
+                if new_link
+                else "down"
+                if not iface.up
+                else "without a source address"
+            )
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "interface unusable: leaving the election",
+                interface=iface.name,
+                why=why,
+            )
+            self._on_link_all(False)
+        if not iface.present:
+            for controller in self.controllers:
+                controller.unlink()
+        if usable and (new_link or sources != self._pre_sources()):
+            assert sources is not None
+            if not await self._relink(iface, sources, new_link):
+                return
+        if usable and not self._usable:
+            self._usable = True
+            self._on_link_all(True)
+        self._publish(time.monotonic())
+
+    async def _relink(
+        self, iface: Interface, sources: tuple[IPAddress, ...], new_link: bool
+    ) -> bool:
+        """Fresh sockets and actuators on the interface as it is now, for every instance;
+        False if that failed (tried again `RELINK_RETRY` later, or at the next change)."""
+        old = self.pre
+        source = next(s for s in sources if s.version == self.cfg.vip.version)
+        pre = dataclasses.replace(old, link=iface.host_link(), source=source, sources=sources)
+        try:
+            for inst in self.instances:
+                link = await inst.election.relink(pre)
+                if new_link or link != inst.link:
+                    fresh = [self._make_actuators(link, v, self._count_garp) for v in inst.vips]
+                    for address, announcer in inst.actuators:
+                        for part in (address, announcer):
+                            with contextlib.suppress(OSError):
+                                part.close()
+                    inst.actuators = fresh
+                    if inst.controller is not None:
+                        inst.controller.relink([VipActuators(a, b) for a, b in fresh])
+                    inst.link = link
+        except Exception as exc:
+            vlog.event(
+                self.log,
+                logging.ERROR,
+                "could not rejoin on the interface: trying again",
+                interface=iface.name,
+                index=iface.index,
+                error=exc,
+                retry_s=RELINK_RETRY,
+            )
+            asyncio.get_running_loop().call_later(RELINK_RETRY, self._link_changed.set)
+            return False
+        self.pre = pre
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "interface re-created: fresh sockets on it" if new_link else "source address changed",
+            interface=iface.name,
+            index=iface.index,
+            index_was=old.link.index,
+            mac=iface.mac,
+            source=",".join(map(str, sources)),
+            source_was=",".join(map(str, old.sources or (old.source,))),
+            vip_link=",".join(i.link.name for i in self.instances if i.link is not None),
+        )
+        h = self.cfg.health
+        if h is not None and h.local == old.source and source != old.source:
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "health.local is the node's old address: the local API server is still "
+                "checked there (change it in the config and restart)",
+                local=h.local,
+                source=source,
+            )
+        return True
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
@@ -491,6 +658,7 @@ class Agent:
         worker: asyncio.Task[None] | None = None
         elect: asyncio.Task[None] | None = None
         heart: asyncio.Task[None] | None = None
+        follow: asyncio.Task[None] | None = None
         code = EXIT_OK
         for e in self.elections:
             e.init_metrics()
@@ -499,7 +667,7 @@ class Agent:
             heart = loop.create_task(self.endpoint.heartbeat(self._publish), name="heartbeat")
         try:
             for inst in self.instances:
-                link = await inst.election.prepare()
+                link = inst.link = await inst.election.prepare()
                 inst.actuators = [
                     self._make_actuators(link, vip, self._count_garp) for vip in inst.vips
                 ]
@@ -513,11 +681,20 @@ class Agent:
             for inst in self.instances:
                 inst.hooks.start()
             self.linkwatch = self._watch_link(
-                self.pre.link.index, lambda up: self._guarded(self._on_link, up)
+                self.pre.link.name,
+                lambda iface: self._guarded(self._on_link, iface),
+                lambda index, ip: self._guarded(self._on_address, index, ip),
             )
+            iface = self.linkwatch.iface
+            self._usable = (
+                iface.up
+                and (iface.index, iface.mac) == (self.pre.link.index, self.pre.link.mac)
+                and self._sources(iface) == self._pre_sources()
+            )
+            self._link_changed.set()  # whatever changed since preflight's snapshot
             self.health = self._start_health()
             for inst, controller in zip(self.instances, controllers, strict=True):
-                inst.election.attach(Host(controller, self.health, self.linkwatch.state))
+                inst.election.attach(Host(controller, self.health, self._usable))
             if self.cfg.track:
                 self.tracks = TrackChecker(
                     self.cfg.track, lambda a: self._guarded(self._on_track, a), log=self.log
@@ -540,8 +717,9 @@ class Agent:
                 1 if self.linkwatch.state else 0
             )
             elect = loop.create_task(self._run_elections(), name="election")
+            follow = loop.create_task(self._follow_link(), name="link")
             stopper = loop.create_task(stop.wait(), name="stop-signal")
-            waiters: set[asyncio.Future[Any]] = {stopper, self._fatal, worker, elect}
+            waiters: set[asyncio.Future[Any]] = {stopper, self._fatal, worker, elect, follow}
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             for fut in done:
@@ -551,6 +729,8 @@ class Agent:
                 raise RuntimeError("the controller stopped unexpectedly")
             if elect in done:
                 raise RuntimeError("the election stopped unexpectedly")
+            if follow in done:
+                raise RuntimeError("the link follower stopped unexpectedly")
         except Exception:
             self.log.exception("crashed: releasing the VIP and exiting")
             code = EXIT_CRASH
@@ -558,6 +738,10 @@ class Agent:
             assert self.stop_signal is not None
             code = EXIT_SIGNAL_BASE + self.stop_signal
         self._stopping = True
+        if follow is not None and not follow.done():
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
         self._publish(time.monotonic())
         await self._stop(worker, elect, graceful=code != EXIT_CRASH)
         if heart is not None:

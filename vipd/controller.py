@@ -8,9 +8,14 @@ or the Lease (every VIP). Each VIP has its own actuators (`VipActuators`: the ad
 its announcer) and is observed, repaired, bound and released on its own, so one VIP's
 failure or manual deletion never holds up another's. A
 role change is applied at once, in the same turn of the event loop as the decision (binding
-costs one ~15 µs netlink round trip, so there is nothing to gain from deferring it); a
-periodic resync re-observes the host, so a VIP deleted by hand on the leader comes back and a
-VIP left behind on a follower goes away, and a change that failed is retried.
+costs one ~15 µs netlink round trip, so there is nothing to gain from deferring it). The host
+is re-observed whenever the kernel reports a change of a VIP's address (``kick``: the
+agent follows RTM_NEWADDR / RTM_DELADDR through ``vipd.host.linkwatch``), so a VIP deleted by
+hand on the leader comes back at once and a VIP left behind on a follower goes away; a change
+that failed is retried after a short pause, and a slow periodic resync (``RESYNC_INTERVAL``)
+covers anything no notification told. When the VIPs' link is deleted (``unlink``) nothing is
+converged until the agent hands over the actuators of the link that replaces it
+(``relink``): the leader then binds and announces the VIPs there.
 
 What it must not do: elect (that is the backend's job), or wait on anything slow: it runs on
 the loop that sends adverts (https://github.com/acassen/keepalived/issues/1653 and /2066
@@ -21,6 +26,7 @@ non-blocking kernel request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -34,6 +40,10 @@ from vipd.host.address import Op, plan
 
 if TYPE_CHECKING:
     from vipd.config import Garp
+
+# The periodic resync: a safety net only. The kernel reports every address change to the
+# agent's link watch (and flags lost notifications with ENOBUFS, which also kicks a resync).
+RESYNC_INTERVAL = 30.0
 
 
 class Address(Protocol):
@@ -119,7 +129,7 @@ class Controller:
         vips: Sequence[VipActuators],
         garp: GarpPolicy,
         log: logging.Logger,
-        resync_interval: float = 0.5,
+        resync_interval: float = RESYNC_INTERVAL,
     ) -> None:
         if not vips:
             raise ValueError("a controller needs at least one VIP")
@@ -130,7 +140,9 @@ class Controller:
         self.stats = ControllerStats()
         self.leader = False
         self._timers: list[asyncio.TimerHandle] = []
-        self._retry = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._failed = False
+        self._linked = True  # the VIPs' link exists (see unlink / relink)
         self._followers: list[LeaderFlag] = []
 
     # -- what the agent and the backends read --------------------------------------------
@@ -184,11 +196,39 @@ class Controller:
             if slot.bound:
                 slot.announcer.burst(loop, self.garp.repeat, self.garp.interval)
 
+    def kick(self) -> None:
+        """A VIP's address changed on the host (or notifications were lost): resync now."""
+        self._wake.set()
+
+    def unlink(self) -> None:
+        """The VIPs' link was deleted, and the VIPs with it: stop announcing, and converge
+        nothing on the old link (its index is gone) until `relink`."""
+        self._linked = False
+        self._cancel_timers()
+        for slot in self._slots:
+            slot.announcer.cancel()
+            slot.bound = False
+            self._export_bound(slot)
+
+    def relink(self, vips: Sequence[VipActuators]) -> None:
+        """The actuators of the link that replaces a deleted one, one per VIP in the order
+        the controller was made with: a leader binds and announces the VIPs on it now (a new
+        link, a new MAC: the clients must hear of it)."""
+        if len(vips) != len(self._slots):
+            raise ValueError(f"relink needs {len(self._slots)} VIPs' actuators, not {len(vips)}")
+        for slot, v in zip(self._slots, vips, strict=True):
+            slot.address, slot.announcer = v.address, v.announcer
+            slot.bound = False
+        self._linked = True
+        self.reconcile(resync=True)
+
     # -- convergence ---------------------------------------------------------------------
 
     def reconcile(self, resync: bool) -> bool:
         """Converge every VIP now; a VIP whose change fails is counted, logged and left to
         the next pass, and the others go on converging."""
+        if not self._linked:
+            return True  # the link is gone: nothing to observe or change until relink
         ok = True
         for slot in self._slots:
             try:
@@ -205,9 +245,12 @@ class Controller:
                     vip=slot.address.vip,
                     error=exc,
                 )
-                self._retry.set()
+                self._failed = True
+                self._wake.set()
             finally:
                 self._export_bound(slot)
+        if ok:
+            self._failed = False
         return ok
 
     @staticmethod
@@ -215,17 +258,17 @@ class Controller:
         metrics.VIP_BOUND.labels(vip=str(slot.address.vip)).set(1 if slot.bound else 0)
 
     async def run(self) -> None:
-        """Resync every ``resync_interval`` (sooner after a failure); runs until cancelled."""
+        """Resync on every `kick`, after a failure, and every ``resync_interval``; runs until
+        cancelled."""
         # The first pass observes the host: a stale VIP from a crashed run goes away here.
         self.reconcile(resync=True)
         while True:
-            try:
-                await asyncio.wait_for(self._retry.wait(), self.resync_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.resync_interval)
+            if self._failed:
                 # A failed change is retried after a short pause, not in a tight loop.
                 await asyncio.sleep(min(0.1, self.resync_interval))
-            except TimeoutError:
-                pass
-            self._retry.clear()
+            self._wake.clear()
             self.reconcile(resync=True)
 
     def _converge(self, slot: _Slot, resync: bool) -> None:

@@ -61,6 +61,7 @@ __all__ = [
     "HostLink",
     "HostView",
     "Preflight",
+    "advert_source",
     "check_host",
     "read_host",
     "resolve_interface",
@@ -361,7 +362,7 @@ def _check_subnet_edges(key: str, vip: IPAddress, link: HostLink) -> None:
 def _source(link: HostLink, vip: IPAddress, peers: tuple[IPAddress, ...]) -> HostAddress:
     """The advert source of the virtual router of ``vip``'s family, or a `ConfigError`."""
     family = _family(vip)
-    global_v6 = isinstance(vip, IPv6Address) and any(not p.is_link_local for p in peers)
+    global_v6 = _global_v6(vip, peers)
     primary = _primary(link, vip, global_v6)
     if primary is None:
         why = (
@@ -376,6 +377,21 @@ def _source(link: HostLink, vip: IPAddress, peers: tuple[IPAddress, ...]) -> Hos
             f"{link.name} has no usable source address for VRRP adverts: it needs {why}",
         )
     return primary
+
+
+def advert_source(
+    vip: IPAddress, link: HostLink, unicast_peers: Iterable[IPAddress] = ()
+) -> IPAddress | None:
+    """The node's source address on ``link`` by the rule `check_host` applies at start (the
+    first usable primary IPv4 address; IPv6: the link-local one, or a global one towards
+    global unicast peers); None when the link has none. The agent asks again whenever the
+    interface's addresses change, so the adverts follow a new primary address."""
+    primary = _primary(link, vip, _global_v6(vip, tuple(unicast_peers)))
+    return None if primary is None else primary.ip
+
+
+def _global_v6(vip: IPAddress, peers: tuple[IPAddress, ...]) -> bool:
+    return isinstance(vip, IPv6Address) and any(not p.is_link_local for p in peers)
 
 
 def _family(ip: IPAddress) -> str:

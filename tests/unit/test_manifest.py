@@ -377,6 +377,31 @@ def test_ipvs_discovery_gets_a_token_and_may_list_and_watch_endpointslices(
     assert "kubeconfig" not in embedded["ipvs"]["discovery"]  # the token, not a host file
 
 
+@pytest.mark.parametrize("super_admin", [False, True])
+def test_vrrp_static_pod_with_ipvs_discovery_mounts_the_kubeconfig(
+    tmp_path: Path, super_admin: bool
+) -> None:
+    src = tmp_path / "vipd.yaml"
+    src.write_text(
+        "vip: 10.0.0.100\ninterface: eth0\nelection: {vrrp: {vrid: 7}}\nhealth: {}\n"
+        "ipvs: {enabled: true, backends: [10.0.0.11, 10.0.0.12], discovery: {enabled: true}}\n"
+    )
+    out = vipd("manifest", "pod", *(["--super-admin"] if super_admin else []), "--config", str(src))
+    assert out.returncode == 0, out.stderr
+    (pod,) = docs(out.stdout)
+    host = "/etc/kubernetes/super-admin.conf" if super_admin else "/etc/kubernetes/admin.conf"
+    vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert vols["kubeconfig"]["hostPath"] == {"path": host, "type": "File"}
+    c = main_container(pod)
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["kubeconfig"]["mountPath"] == "/etc/kubernetes/admin.conf"
+    embedded = yaml.safe_load(env(c)["VIPD_CONFIG"])
+    assert embedded["ipvs"]["discovery"]["kubeconfig"] == "/etc/kubernetes/admin.conf"
+    assert "lease" not in embedded["election"]
+    assert f"kubeconfig from the host: {host}" in out.stdout
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
 # -- names: two vipd DaemonSets side by side --------------------------------------------------
 
 

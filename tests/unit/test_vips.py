@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.hostfakes import Events, FakeClock, FakeLink, FakeTimers, FakeWire, advert
+from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert
 from vipd import config, metrics
 from vipd.agent import EXIT_OK, Agent, make_elections
 from vipd.config import ConfigError
@@ -277,6 +277,8 @@ class DualNode:
         self.wires: dict[int, FakeWire] = {}
         self.sources: dict[int, IPAddress] = {}
         self.addrs: dict[IPAddress, Addr] = {}
+        self.host = Host(V4, addresses=("10.0.0.11/24", "fe80::11/64"))
+        self.opened: list[tuple[int, IPAddress]] = []  # (ifindex, source) of each wire
         self.elections = [
             VrrpElection(
                 self.cfg,
@@ -294,7 +296,7 @@ class DualNode:
             self.pre,
             self.elections,
             actuators=self._actuators,
-            watch_link=lambda index, cb: FakeLink(cb),
+            watch_link=self.host.watch_link,
         )
         self.stop = asyncio.Event()
 
@@ -303,6 +305,7 @@ class DualNode:
     ) -> FakeWire:
         group = packet.GROUP_V4 if source.version == 4 else packet.GROUP_V6
         wire = FakeWire(self.events, self.clock, (group,))
+        self.opened.append((ifindex, source))
         self.wires[source.version] = wire
         self.sources[source.version] = source
         return wire
@@ -413,3 +416,53 @@ def test_a_reload_refuses_a_change_of_the_vip_set() -> None:
     one = config.parse(doc(vip=str(V4)))
     assert reload.plan(one, config.parse(doc(vip=str(V4B)))).refused == ("vip",)
     assert not reload.plan(two, config.parse(doc(vips=[str(V4), str(V6)]))).changed
+
+
+def test_a_re_created_interface_relinks_both_routers_and_rebinds_the_leaders_vip() -> None:
+    """The interface is deleted and created again (index 7, a new MAC, a new link-local
+    address): both virtual routers leave the election, reopen their sockets on the new index
+    from their own family's new source, and the IPv4 router, leader again after its down
+    interval, binds its VIP on the new link's actuators; the IPv6 VIP stays unbound."""
+
+    async def scenario() -> None:
+        n = DualNode()
+        task = asyncio.get_running_loop().create_task(n.agent.run(n.stop))
+        v4, v6 = n.elections
+        await until(lambda: v6.machine.state is state.State.BACKUP)
+        n.wires[6].inject(advert6(PEER6, 200, (V6,)))
+        await until(lambda: v6.machine.master_ip == PEER6)
+        while v4.machine.state is not state.State.ACTIVE:
+            n.timers.fire_next()
+        await until(lambda: n.addrs[V4].present)
+        old_v4 = n.addrs[V4]
+        link = n.host.link
+        assert link is not None
+        link.delete()
+        await until(
+            lambda: (
+                v4.machine.state is state.State.INITIALIZE
+                and v6.machine.state is state.State.INITIALIZE
+            )
+        )
+        new6 = IPv6Address("fe80::99")
+        link.recreate(7, "02:00:00:00:00:99", "10.0.0.11/24", f"{new6}/64")
+        await until(
+            lambda: (
+                v4.machine.state is state.State.BACKUP and v6.machine.state is state.State.BACKUP
+            )
+        )
+        assert (7, SELF4) in n.opened and (7, new6) in n.opened
+        assert v6.source == new6 and v4.source == SELF4
+        assert n.agent.pre.sources == (SELF4, new6)
+        assert n.addrs[V4] is not old_v4 and old_v4.closed
+        # The IPv6 router hears its better master again, on its new socket.
+        n.wires[6].inject(advert6(PEER6, 200, (V6,)))
+        await until(lambda: v6.machine.master_ip == PEER6)
+        while v4.machine.state is not state.State.ACTIVE:
+            n.timers.fire_next()
+        await until(lambda: n.addrs[V4].present)
+        assert not n.addrs[V6].present
+        n.stop.set()
+        assert await asyncio.wait_for(task, 5) == EXIT_OK
+
+    asyncio.run(scenario())

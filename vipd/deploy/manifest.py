@@ -27,8 +27,11 @@ What the objects guarantee (asserted in tests/unit/test_manifest.py):
   admin.conf only works once init has finished), the DaemonSet a ServiceAccount that may get
   and update only its own Lease (``resourceNames``) and create Leases (``create`` cannot be
   narrowed by name in RBAC); it talks to its own node's API server (KUBERNETES_SERVICE_HOST
-  is the host IP), so it does not need the VIP or a service proxy to start. VRRP mode needs
-  no API access: no RBAC, no token, no kubeconfig.
+  is the host IP), so it does not need the VIP or a service proxy to start.
+- IPVS discovery (either mode) lists the default/kubernetes EndpointSlices: the static pod
+  mounts the same kubeconfig, the DaemonSet's ServiceAccount may list and watch
+  EndpointSlices in default. VRRP mode without discovery needs no API access: no RBAC, no
+  token, no kubeconfig.
 
 Names: every object is named after ``Options.name`` (``--name``, default ``vipd``): the static
 pod (and so its mirror pods, ``<name>-<node>``), its file (``/etc/kubernetes/manifests/
@@ -277,7 +280,7 @@ def _vipd_container(p: Plan, opts: Options, *, in_cluster: bool) -> dict[str, An
         {"name": f"host-file-{i}", "mountPath": path, "readOnly": True}
         for i, path in enumerate(p.host_files)
     ]
-    if p.lease is not None and not in_cluster:
+    if p.uses_api and not in_cluster:
         mounts.append({"name": "kubeconfig", "mountPath": KUBECONFIG_IN_POD, "readOnly": True})
     container["volumeMounts"] = mounts
     return container
@@ -294,11 +297,26 @@ def _host_file_volumes(p: Plan) -> list[dict[str, Any]]:
 
 
 def _pod_config_for_static(p: Plan) -> Plan:
-    """The static pod reads the Lease through the kubeconfig mounted from the host."""
-    if p.lease is None:
-        return p
-    text = _with_kubeconfig(p.config_text, KUBECONFIG_IN_POD)
+    """The static pod reads the Lease, and IPVS discovery the EndpointSlices, through the
+    kubeconfig mounted from the host."""
+    text = p.config_text
+    if p.lease is not None:
+        text = _with_kubeconfig(text, KUBECONFIG_IN_POD)
+    if p.discovery:
+        text = _with_discovery_kubeconfig(text, KUBECONFIG_IN_POD)
     return _replace_text(p, text)
+
+
+def _with_discovery_kubeconfig(text: str, path: str | None) -> str:
+    data = yaml.safe_load(text)
+    ipvs = dict(data["ipvs"])
+    disc = dict(ipvs.get("discovery") or {})
+    if path is None:
+        disc.pop("kubeconfig", None)
+    else:
+        disc["kubeconfig"] = path
+    data["ipvs"] = {**ipvs, "discovery": disc}
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 def _pod_config_for_daemonset(p: Plan) -> Plan:
@@ -308,12 +326,7 @@ def _pod_config_for_daemonset(p: Plan) -> Plan:
     if p.lease is not None:
         text = _with_kubeconfig(text, None)
     if p.discovery:
-        data = yaml.safe_load(text)
-        ipvs = dict(data["ipvs"])
-        disc = dict(ipvs.get("discovery") or {})
-        disc.pop("kubeconfig", None)
-        data["ipvs"] = {**ipvs, "discovery": disc}
-        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+        text = _with_discovery_kubeconfig(text, None)
     return _replace_text(p, text)
 
 
@@ -344,7 +357,7 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
     }
     volumes = _host_file_volumes(p)
     spec["volumes"] = volumes
-    if p.lease is not None:
+    if p.uses_api:
         spec["volumes"] = [
             *volumes,
             {
@@ -520,10 +533,10 @@ def _lease_rules(lease: Lease) -> list[dict[str, Any]]:
 
 
 def objects(kind: Kind, p: Plan, opts: Options) -> list[dict[str, Any]]:
-    if opts.super_admin and (kind != "pod" or p.lease is None):
+    if opts.super_admin and (kind != "pod" or not p.uses_api):
         raise ManifestError(
-            "--super-admin: only for the static pod in Lease mode (it chooses the kubeconfig "
-            "the pod mounts; VRRP mode reads none)"
+            "--super-admin: only for the static pod in Lease mode or with IPVS discovery (it "
+            "chooses the kubeconfig the pod mounts; VRRP mode without discovery reads none)"
         )
     if kind == "pod":
         return [pod(p, opts)]
@@ -558,7 +571,7 @@ def header(kind: Kind, p: Plan, opts: Options, source: str) -> str:
     ]
     if kind == "pod":
         lines.append(f"# Install as {opts.manifest_path} on every control-plane node.")
-        if p.lease is not None:
+        if p.uses_api:
             conf = SUPER_ADMIN_CONF if opts.super_admin else ADMIN_CONF
             lines.append(f"# kubeconfig from the host: {conf}.")
             if opts.super_admin:

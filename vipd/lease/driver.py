@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -315,6 +316,7 @@ class LeaseElection:
         self._last_reason = ""
         self.transitions = 0
         self._track = NO_ADJUSTMENT
+        self._link_up = True  # the interface is usable (on_link)
         self._log_error = vlog.Sparse(self.log, "lease request failed", every=100)
 
     # -- health (pushed by the agent) ----------------------------------------------------
@@ -337,7 +339,7 @@ class LeaseElection:
     def healthy(self) -> bool:
         """The local API server's health and the tracked checks: a down track (or a file
         value below 0) counts as unhealthy, which gives way only to a healthy peer."""
-        if not self._track.ok:
+        if not self._track.ok or not self._link_up:
             return False
         if self.health is not None:
             return self.health.local_healthy()
@@ -461,8 +463,44 @@ class LeaseElection:
             self._wake.set()
 
     def on_link(self, up: bool) -> None:
-        """The Lease election does not follow the link: a node whose interface is down
-        cannot renew through it either, and the core steps down at the renew deadline."""
+        """The interface stopped (or started) being usable: deleted, down, or without an
+        address. The node cannot serve the VIP there, so it counts as an unhealthy local
+        node, the core's own rule: a leader gives way to a healthy peer (it releases the
+        Lease, and a peer binds the VIP on a working link), and without one it keeps the
+        Lease and its VIP comes back with the interface (the agent binds it on the new
+        link). A follower takes no free Lease while a healthy peer can."""
+        if up == self._link_up:
+            return
+        self._link_up = up
+        vlog.event(
+            self.log,
+            logging.INFO if up else logging.WARNING,
+            "lease: interface usable again: the local node counts as healthy"
+            if up
+            else "lease: interface unusable: the local node counts as unhealthy "
+            "(gives way to a healthy peer)",
+            interface=self.pre.link.name,
+        )
+        if self._wake is not None:
+            self._wake.set()
+
+    async def relink(self, pre: Preflight) -> VipLink:
+        """The interface re-created or its address changed: this node's addresses (never
+        peers) follow it, and the ARP watch is reopened on the new interface (its MAC)."""
+        self.pre = pre
+        self.self_addresses = self_addresses(self.cfg, pre)
+        self.elector.params = dataclasses.replace(
+            self.elector.params, self_addresses=self.self_addresses
+        )
+        watches, self.claimwatches = self.claimwatches, []
+        for watch in watches:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(watch.fileno())
+            watch.close()
+        if self._started:
+            self._start_claimwatch(asyncio.get_running_loop())
+        link = pre.link
+        return VipLink(link.name, link.index, link.mac)
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -481,6 +519,7 @@ class LeaseElection:
     def attach(self, host: Host) -> None:
         self.controller = host.controller
         self.health = host.health
+        self._link_up = host.link_up
         h = self.cfg.health
         if self.health is None or h is None:
             vlog.event(

@@ -38,6 +38,7 @@ from the wire raise into the loop: every decode error is counted by reason and d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -256,6 +257,9 @@ class VrrpElection:
         """The VIP's link: the interface, or with ``vmac`` the macvlan made for it here."""
         if not self.vrrp.vmac or self.family != 4:
             return VipLink(self.ifname, self.ifindex, self.pre.link.mac)
+        return await self._make_vmac()
+
+    async def _make_vmac(self) -> VipLink:
         self.vmac = VmacLink(self.ifname, self.ifindex, self.vrrp.vrid)
         # In a thread: pyroute2's IPRoute runs an asyncio loop of its own, which cannot start
         # inside this (running) one. Start-up only.
@@ -305,15 +309,7 @@ class VrrpElection:
         self._fatal = loop.create_future()
         self._publish = publish
         try:
-            self.transport = self._open_wire(
-                self.ifname, self.ifindex, self.source, self.unicast_peers, True
-            )
-            if self.vmac is not None:
-                assert self.vmac.index is not None
-                self.sender = self._open_wire(
-                    self.vmac.name, self.vmac.index, self.source, (), False
-                )
-            loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
+            self._open_sockets(loop)
             self._start_claimwatch(loop)
             if self.link_up and not self._faulted:
                 now = self.clock()
@@ -420,6 +416,80 @@ class VrrpElection:
 
     def on_check(self, addr: IPAddress, outcome: HealthOutcome) -> None:
         """VRRP goes by health changes only (``on_health``)."""
+
+    async def relink(self, pre: Preflight) -> VipLink:
+        """The interface as it is now: fresh sockets on it (see ``vipd.election``).
+
+        Re-created (another index or MAC): the agent took the node out of the election
+        first (``on_link(False)``); the VRRP socket (bound to the new index, the multicast
+        membership joined there), the claim watch (the new MAC is ours) and, with ``vmac``,
+        the macvlan on the new parent (it went with the old one) are made again. A new
+        source address on the same interface: the node may be leading, so the VRRP socket
+        is reopened with it in this same call, no advert is missed, and the machine takes
+        it as its own address (the tie-break of RFC 9568 §6.4.3 and the own-advert check)."""
+        loop = asyncio.get_running_loop()
+        new_link = (pre.link.index, pre.link.mac) != (self.ifindex, self.pre.link.mac)
+        self.pre = pre
+        self.ifname, self.ifindex = pre.link.name, pre.link.index
+        self.source = pre.source_for(self.family)  # this virtual router's family
+        self.unicast_peers = pre.peers_for(self.family)
+        self.machine.params = dataclasses.replace(self.machine.params, primary_ip=self.source)
+        self._encoded.clear()  # the IPv4 checksum covers the source address
+        started = self._fatal is not None
+        self._close_sockets(loop)
+        if new_link:
+            self._close_claimwatch(loop)
+        link = VipLink(self.ifname, self.ifindex, pre.link.mac)
+        vmac = self.vmac
+        if vmac is not None and (vmac.parent_index != self.ifindex or vmac.index is None):
+            # The macvlan went with its old parent (or an earlier try did not make it); this
+            # also restores the sysctls it had set on the parent.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(vmac.stop)
+            link = await self._make_vmac()
+        elif vmac is not None and vmac.index is not None:
+            link = VipLink(vmac.name, vmac.index, vmac.mac)
+        if started:
+            self._open_sockets(loop)
+            if not self.claimwatches:
+                self._start_claimwatch(loop)
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "vrrp: sockets reopened",
+            interface=self.ifname,
+            index=self.ifindex,
+            source=self.source,
+            vip_link=link.name,
+            family=f"IPv{self.family}",
+            multicast="no (unicast)" if self.unicast_peers else "joined",
+        )
+        return link
+
+    def _open_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The VRRP socket on the interface (and the virtual MAC's send-only one)."""
+        self.transport = self._open_wire(
+            self.ifname, self.ifindex, self.source, self.unicast_peers, True
+        )
+        if self.vmac is not None:
+            assert self.vmac.index is not None
+            self.sender = self._open_wire(self.vmac.name, self.vmac.index, self.source, (), False)
+        loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
+
+    def _close_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
+        transport, sender = self.transport, self.sender
+        self.transport = self.sender = None
+        if transport is not None:
+            loop.remove_reader(transport.fileno())
+            transport.close()
+        if sender is not None:
+            sender.close()
+
+    def _close_claimwatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        watches, self.claimwatches = self.claimwatches, []
+        for claimwatch in watches:
+            loop.remove_reader(claimwatch.fileno())
+            claimwatch.close()
 
     def on_link(self, up: bool) -> None:
         """Interface down is the machine's ``link_down``, up its ``link_up`` (RFC 9568 §6.4)."""

@@ -5,8 +5,8 @@ config and compares the objects, so a change on one side without the other fails
 */}}
 
 {{/* The config the pods carry in $VIPD_CONFIG: vipd's keys as given, without `node` (each pod
-takes its node's name) and without election.lease.kubeconfig (the DaemonSet uses its
-ServiceAccount). */}}
+takes its node's name) and without election.lease.kubeconfig or ipvs.discovery.kubeconfig (the
+DaemonSet uses its ServiceAccount). */}}
 {{- define "vipd.config" -}}
 {{- $v := .Values -}}
 {{- $cfg := dict -}}
@@ -20,11 +20,28 @@ ServiceAccount). */}}
 {{- range $key := list "garp" "log" "health" "ipvs" "metrics" }}
 {{- if not (kindIs "invalid" (index $v $key)) }}{{ $_ := set $cfg $key (index $v $key) }}{{ end }}
 {{- end -}}
+{{- if and (hasKey $cfg "ipvs") (hasKey $cfg.ipvs "discovery") }}
+{{- $ipvs := deepCopy $cfg.ipvs -}}
+{{- $_ := set $ipvs "discovery" (omit $ipvs.discovery "kubeconfig") -}}
+{{- $_ := set $cfg "ipvs" $ipvs -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
 {{- define "vipd.leaseMode" -}}
 {{- if eq (default "vrrp" .Values.election.mode) "lease" }}true{{ end -}}
+{{- end -}}
+
+{{/* IPVS discovery is on: it lists the default/kubernetes EndpointSlices. */}}
+{{- define "vipd.discovery" -}}
+{{- $ipvs := default dict .Values.ipvs -}}
+{{- $disc := default dict $ipvs.discovery -}}
+{{- if and $ipvs.enabled $disc.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* The pods use the Kubernetes API (the Lease, or IPVS discovery): a ServiceAccount. */}}
+{{- define "vipd.usesApi" -}}
+{{- if or (include "vipd.leaseMode" .) (include "vipd.discovery" .) }}true{{ end -}}
 {{- end -}}
 
 {{- define "vipd.image" -}}
