@@ -117,6 +117,12 @@ class Election(Protocol):
         ...
 
     @property
+    def vips(self) -> tuple[IPAddress, ...]:
+        """The VIPs this instance moves together: a VRRP virtual router's (one family), or
+        every VIP for the Lease."""
+        ...
+
+    @property
     def health_peers(self) -> list[IPAddress]:
         """The other nodes' API servers this backend wants checked (besides the local one)."""
         ...

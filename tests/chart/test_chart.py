@@ -172,6 +172,16 @@ CASES: list[tuple[str, dict[str, Any], list[str], dict[str, Any]]] = [
         [],
         {},
     ),
+    (
+        "dual-stack-second-instance",
+        {
+            "vips": ["10.0.0.100", "fd00::100"],
+            "election": {"mode": "lease", "lease": {"name": "edge-vip"}},
+            "metrics": {"listen": "0.0.0.0:2113"},
+        },
+        ["--name", "vipd-edge"],
+        {"name": "vipd-edge"},
+    ),
 ]
 
 

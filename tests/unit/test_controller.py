@@ -7,7 +7,7 @@ import logging
 from ipaddress import IPv4Address
 from typing import Any
 
-from vipd.controller import Controller, GarpPolicy
+from vipd.controller import Controller, GarpPolicy, VipActuators
 from vipd.host.address import Op, plan
 
 
@@ -53,8 +53,7 @@ class FakeAnnouncer:
 def make(present: bool = False, **garp: Any) -> tuple[Controller, FakeAddress, FakeAnnouncer]:
     addr, ann = FakeAddress(present), FakeAnnouncer()
     ctl = Controller(
-        address=addr,
-        announcer=ann,
+        vips=[VipActuators(addr, ann)],
         garp=GarpPolicy(**garp),
         log=logging.getLogger("test"),
         resync_interval=0.05,
@@ -161,8 +160,7 @@ def test_a_kick_resyncs_at_once_and_an_unlinked_controller_waits_for_its_new_lin
     async def scenario() -> None:
         addr, ann = FakeAddress(), FakeAnnouncer()
         ctl = Controller(
-            address=addr,
-            announcer=ann,
+            vips=[VipActuators(addr, ann)],
             garp=GarpPolicy(delay=0),
             log=logging.getLogger("test"),
             resync_interval=60.0,  # only the kick can make it look in time
@@ -183,7 +181,7 @@ def test_a_kick_resyncs_at_once_and_an_unlinked_controller_waits_for_its_new_lin
         assert addr.calls[calls:] == [] and not ctl.bound
         # The new link's actuators: the leader binds and announces there at once.
         new_addr, new_ann = FakeAddress(), FakeAnnouncer()
-        ctl.relink(new_addr, new_ann)
+        ctl.relink([VipActuators(new_addr, new_ann)])
         assert new_addr.present and ctl.bound and new_ann.bursts == 1
         assert not addr.present
         task.cancel()

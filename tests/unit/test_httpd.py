@@ -44,10 +44,13 @@ def get(ep: httpd.Endpoint, path: str) -> tuple[int, str, str]:
 
 
 def test_metrics_are_served_in_the_text_format(endpoint: httpd.Endpoint) -> None:
-    metrics.init_vrrp(node="n1", vip="10.0.0.100", interface="eth0", priority=100)
+    metrics.init_vrrp(node="n1", vips=["10.0.0.100"], interface="eth0", priority=100)
     code, ctype, body = get(endpoint, "/metrics")
     assert code == 200 and ctype.startswith("text/plain; version=0.0.4")
-    assert "# HELP vipd_role " in body and 'vipd_role{backend="vrrp",role="init"} 1.0' in body
+    assert (
+        "# HELP vipd_role " in body
+        and 'vipd_role{backend="vrrp",role="init",vip="10.0.0.100"} 1.0' in body
+    )
     assert "vipd_event_loop_heartbeat_age_seconds " in body
     assert "process_resident_memory_bytes" in body
 

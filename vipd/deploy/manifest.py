@@ -33,6 +33,15 @@ What the objects guarantee (asserted in tests/unit/test_manifest.py):
   EndpointSlices in default. VRRP mode without discovery needs no API access: no RBAC, no
   token, no kubeconfig.
 
+Names: every object is named after ``Options.name`` (``--name``, default ``vipd``): the static
+pod (and so its mirror pods, ``<name>-<node>``), its file (``/etc/kubernetes/manifests/
+<name>.yaml`` unless given), the DaemonSet, the ServiceAccount, the Roles and RoleBindings, and
+the ``app.kubernetes.io/instance`` label that the DaemonSet's selector matches. Two vipd
+DaemonSets (two clusters' endpoints served from one set of nodes, say) coexist in one
+namespace under two names; they also need two VRIDs (or Leases) and two ``metrics.listen``
+ports, which are their configs' business. The default stays ``vipd`` so that rendering again
+after an upgrade names the objects that are already there.
+
 What it must not do: read files, the environment or the clock (the caller passes the data;
 ``tests/unit/test_purity.py`` enforces it), or emit anything the static pod and the
 DaemonSet could disagree on.
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -79,12 +89,29 @@ class ManifestError(ValueError):
 class Options:
     image: str = DEFAULT_IMAGE
     namespace: str = DEFAULT_NAMESPACE  # where the pods and the ServiceAccount live
-    static_manifest: str = DEFAULT_STATIC_MANIFEST  # the static pod's file on each node
+    # The static pod's file on each node; None: /etc/kubernetes/manifests/<name>.yaml.
+    static_manifest: str | None = None
     adopt_timeout: float = DEFAULT_ADOPT_TIMEOUT
     super_admin: bool = False  # static pod on the `kubeadm init` node, Kubernetes >= 1.29
     # DaemonSet only on nodes that also carry this label: the first apply then replaces the
     # static pods one node at a time, as the nodes are labelled (leader last).
     node_label: str | None = None
+    # The name of every object and the app.kubernetes.io/instance label (see the docstring).
+    name: str = NAME
+
+    def __post_init__(self) -> None:
+        # A DNS-1123 label: a pod, a ServiceAccount and a label value all accept it, and the
+        # mirror pod's name (<name>-<node>) still fits in 253 characters.
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", self.name):
+            raise ManifestError(
+                f"--name must be a DNS-1123 label: lower-case letters, digits and '-', at "
+                f"most 63, starting and ending with a letter or digit (got {self.name!r})"
+            )
+
+    @property
+    def manifest_path(self) -> str:
+        """The static pod's file on each node."""
+        return self.static_manifest or f"{MANIFESTS_DIR}/{self.name}.yaml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +209,10 @@ def grace_period(p: Plan) -> int:
 # -- the objects -----------------------------------------------------------------------------
 
 
-def _labels(component: str) -> dict[str, str]:
+def _labels(component: str, opts: Options) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": NAME,
+        "app.kubernetes.io/instance": opts.name,
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/version": __version__,
     }
@@ -343,15 +371,21 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": NAME, "namespace": opts.namespace, "labels": _labels("static")},
+        "metadata": {
+            "name": opts.name,
+            "namespace": opts.namespace,
+            "labels": _labels("static", opts),
+        },
         "spec": spec,
     }
 
 
 def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
     dp = _pod_config_for_daemonset(p)
-    labels = _labels("daemonset")
-    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/component")}
+    labels = _labels("daemonset", opts)
+    # The instance label keeps two vipd DaemonSets' selectors apart (see the docstring).
+    keys = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+    selector = {k: labels[k] for k in keys}
     manifests_mount = {"name": "manifests", "mountPath": MANIFESTS_DIR}
     adopt = {
         "name": "adopt",
@@ -360,7 +394,7 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         "args": [
             "adopt",
             "--manifest",
-            opts.static_manifest,
+            opts.manifest_path,
             "--listen",
             f"{_host_for_url(p.listen_host)}:{p.listen_port}",
             "--timeout",
@@ -397,13 +431,13 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         ],
     }
     if p.uses_api:
-        spec["serviceAccountName"] = NAME
+        spec["serviceAccountName"] = opts.name
     else:
         spec["automountServiceAccountToken"] = False
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": NAME, "namespace": opts.namespace, "labels": labels},
+        "metadata": {"name": opts.name, "namespace": opts.namespace, "labels": labels},
         "spec": {
             "selector": {"matchLabels": selector},
             "updateStrategy": {
@@ -431,12 +465,12 @@ def rbac(p: Plan, opts: Options) -> list[dict[str, Any]]:
     when neither uses the API."""
     if not p.uses_api:
         return []
-    labels = _labels("daemonset")
+    labels = _labels("daemonset", opts)
     out: list[dict[str, Any]] = [
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": {"name": NAME, "namespace": opts.namespace, "labels": labels},
+            "metadata": {"name": opts.name, "namespace": opts.namespace, "labels": labels},
         }
     ]
     # One Role per namespace (the Lease's, and default for the EndpointSlices; the same one
@@ -466,15 +500,17 @@ def _role_and_binding(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": {"name": NAME, "namespace": ns, "labels": labels},
+            "metadata": {"name": opts.name, "namespace": ns, "labels": labels},
             "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": NAME, "namespace": ns, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": opts.namespace}],
+            "metadata": {"name": opts.name, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": opts.name},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": opts.name, "namespace": opts.namespace}
+            ],
         },
     ]
 
@@ -534,7 +570,7 @@ def header(kind: Kind, p: Plan, opts: Options, source: str) -> str:
         "# and the RBAC stay in step.",
     ]
     if kind == "pod":
-        lines.append(f"# Install as {opts.static_manifest} on every control-plane node.")
+        lines.append(f"# Install as {opts.manifest_path} on every control-plane node.")
         if p.uses_api:
             conf = SUPER_ADMIN_CONF if opts.super_admin else ADMIN_CONF
             lines.append(f"# kubeconfig from the host: {conf}.")
@@ -542,7 +578,7 @@ def header(kind: Kind, p: Plan, opts: Options, source: str) -> str:
                 lines += [
                     "# For the node that runs `kubeadm init` (Kubernetes >= 1.29). Once init has",
                     "# finished, switch back to admin.conf:",
-                    f"#   sed -i 's#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#' {opts.static_manifest}",
+                    f"#   sed -i 's#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#' {opts.manifest_path}",
                 ]
     if kind == "rbac" and not p.uses_api:
         lines.append(

@@ -9,7 +9,9 @@ takes its node's name) and without election.lease.kubeconfig or ipvs.discovery.k
 DaemonSet uses its ServiceAccount). */}}
 {{- define "vipd.config" -}}
 {{- $v := .Values -}}
-{{- $cfg := dict "vip" (required "vip: the VIP, an IP address literal, is required" $v.vip) -}}
+{{- $cfg := dict -}}
+{{- if not (kindIs "invalid" $v.vips) }}{{ $_ := set $cfg "vips" $v.vips }}{{ end -}}
+{{- if or (not (kindIs "invalid" $v.vip)) (kindIs "invalid" $v.vips) }}{{ $_ := set $cfg "vip" (required "vip: the VIP, an IP address literal, is required (or vips)" $v.vip) }}{{ end -}}
 {{- if not (kindIs "invalid" $v.interface) }}{{ $_ := set $cfg "interface" $v.interface }}{{ end -}}
 {{- $election := dict "mode" (default "vrrp" $v.election.mode) -}}
 {{- if not (kindIs "invalid" $v.election.vrrp) }}{{ $_ := set $election "vrrp" $v.election.vrrp }}{{ end -}}
@@ -46,7 +48,27 @@ DaemonSet uses its ServiceAccount). */}}
 {{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
 {{- end -}}
 
+{{- define "vipd.name" -}}
+{{- $name := default "vipd" .Values.name -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" $name) -}}
+{{- fail (printf "name must be a DNS-1123 label (got %q)" $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{- define "vipd.staticManifest" -}}
+{{- default (printf "/etc/kubernetes/manifests/%s.yaml" (include "vipd.name" .)) .Values.handover.staticManifest -}}
+{{- end -}}
+
 {{- define "vipd.labels" -}}
+app.kubernetes.io/name: vipd
+app.kubernetes.io/instance: {{ include "vipd.name" . }}
+app.kubernetes.io/component: daemonset
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{/* The scrape objects serve every vipd of the namespace, whatever its name: no instance. */}}
+{{- define "vipd.scrapeLabels" -}}
 app.kubernetes.io/name: vipd
 app.kubernetes.io/component: daemonset
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -54,6 +76,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 
 {{- define "vipd.selectorLabels" -}}
 app.kubernetes.io/name: vipd
+app.kubernetes.io/instance: {{ include "vipd.name" . }}
 app.kubernetes.io/component: daemonset
 {{- end -}}
 
