@@ -184,10 +184,11 @@ def _wait_out_conflict(cfg: Config, pre: Preflight, logger: logging.Logger) -> s
 def _describe_probe(cfg: Config, pre: Preflight, found: Conflict) -> str:
     if found.macs:
         return (
-            f"VIP {cfg.vip} answered by {', '.join(found.macs)}: held by the VRRP router "
+            f"VIP {found.vip} answered by {', '.join(found.macs)}: held by the VRRP router "
             f"{', '.join(found.vrrp_heard)} advertising VRID {cfg.election.vrrp.vrid}"
         )
-    return f"no other host answered a probe for VIP {cfg.vip} on {pre.link.name}"
+    vips = ", ".join(map(str, cfg.vips))
+    return f"no other host answered a probe for VIP {vips} on {pre.link.name}"
 
 
 def _check_conflict(cfg: Config, pre: Preflight) -> str | None:
@@ -224,7 +225,8 @@ def _check_offline(path: str | None) -> int:
         return EXIT_CONFIG
     cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
     print(f"config {name}: valid (offline: host, wire and API not checked)")
-    print(f"  VIP {cfg.vip}, election {cfg.election.mode}, endpoint {cfg.metrics.listen}")
+    vips = ", ".join(map(str, cfg.vips))
+    print(f"  VIP {vips}, election {cfg.election.mode}, endpoint {cfg.metrics.listen}")
     return 0
 
 
@@ -234,7 +236,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     cfg, pre = _load(args.config)
     conflict = _check_conflict(cfg, pre)
     print(f"config {args.config or '$VIPD_CONFIG'}: valid")
-    print(f"  node {cfg.node}, VIP {cfg.vip} on {pre.link.name} (source {pre.source})")
+    vips = ", ".join(map(str, cfg.vips))
+    sources = ", ".join(map(str, pre.sources or (pre.source,)))
+    print(f"  node {cfg.node}, VIP {vips} on {pre.link.name} (source {sources})")
     print(f"  endpoint {cfg.metrics.listen}: /metrics /healthz /readyz /status")
     if cfg.election.mode == "lease":
         lease = cfg.election.lease
@@ -354,16 +358,17 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     from vipd import config
     from vipd.deploy import manifest
 
-    opts = manifest.Options(
-        image=args.image,
-        namespace=args.namespace,
-        static_manifest=args.static_manifest,
-        adopt_timeout=args.adopt_timeout,
-        super_admin=args.super_admin,
-        node_label=args.node_label,
-    )
     source = "stdin" if args.config == STDIN else os.path.basename(args.config)
     try:
+        opts = manifest.Options(
+            image=args.image,
+            namespace=args.namespace,
+            static_manifest=args.static_manifest,
+            adopt_timeout=args.adopt_timeout,
+            super_admin=args.super_admin,
+            node_label=args.node_label,
+            name=args.name,
+        )
         plan = manifest.plan(_read_data(args.config))
         text = manifest.render(args.kind, plan, opts, source=source)
     except (config.ConfigError, manifest.ManifestError) as exc:
@@ -460,9 +465,17 @@ def build_parser(
         "--namespace", default=m.DEFAULT_NAMESPACE, help="pods' namespace (%(default)s)"
     )
     p_man.add_argument(
+        "--name",
+        default=m.NAME,
+        help="the name of every object (pods, DaemonSet, ServiceAccount, RBAC) and their "
+        "app.kubernetes.io/instance label: a second vipd on the same nodes needs its own "
+        "(%(default)s)",
+    )
+    p_man.add_argument(
         "--static-manifest",
-        default=m.DEFAULT_STATIC_MANIFEST,
-        help="the static pod's file on each node, which adopt removes (%(default)s)",
+        default=None,
+        help="the static pod's file on each node, which adopt removes (default: "
+        f"{m.MANIFESTS_DIR}/NAME.yaml, {m.DEFAULT_STATIC_MANIFEST} with the default name)",
     )
     p_man.add_argument(
         "--adopt-timeout",

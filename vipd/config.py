@@ -38,11 +38,16 @@ an error caused by one names the variable; an empty variable counts as unset)
     gets from the downward API), else the ``hostname`` the caller passed.
 
 Rules and where they come from
-    - ``vip`` is an IP literal, never a DNS name: the control-plane endpoint is baked into the
+    - ``vip`` (one) or ``vips`` (a list, e.g. an IPv4 and an IPv6 endpoint; not both keys) is
+      an IP literal, never a DNS name: the control-plane endpoint is baked into the
       API server's certificates and kubeconfigs by ``kubeadm init`` (its
       ``controlPlaneEndpoint``), so it must not depend on a resolver. It must be a unicast
       address clients can reach: IPv4 not 0/8, loopback, link-local, multicast or 240/4;
-      IPv6 global unicast (2000::/3) or unique local (fc00::/7).
+      IPv6 global unicast (2000::/3) or unique local (fc00::/7). No VIP is listed twice.
+    - Several VIPs, VRRP: the IPv4 ones are one virtual router and the IPv6 ones another
+      (RFC 9568 §7: a virtual router has addresses of one family; the same VRID may be used
+      by both families, as keepalived's per-family ``vrrp_instance``), so VRRPv2 (IPv4 only,
+      RFC 3768) refuses an IPv6 VIP. The Lease backend moves the whole set with one Lease.
     - VRID 1..255 (RFC 9568 §5.2.3, RFC 3768 §5.3.3). Priority 1..254: 255 belongs to the
       address owner and 0 means "resigning" (RFC 9568 §5.2.4); vipd is never the owner because
       the VIP must not be a node address.
@@ -384,7 +389,8 @@ class Metrics:
 @dataclass(frozen=True, slots=True)
 class Config:
     node: str
-    vip: IPAddress
+    # ``vip`` or ``vips`` in the file, in the order written; never empty, no duplicates.
+    vips: tuple[IPAddress, ...]
     interface: str | None  # None: vipd.preflight picks the interface holding the VIP's subnet
     election: Election
     garp: Garp = Garp()
@@ -394,6 +400,21 @@ class Config:
     metrics: Metrics = Metrics()
     notify: Notify = Notify()
     track: tuple[Track, ...] = ()
+
+    @property
+    def vip(self) -> IPAddress:
+        """The first VIP: the one of a single-VIP config, and what a per-node label (the
+        interface choice, ``vipd_node_info``) goes by when there are several."""
+        return self.vips[0]
+
+    def family(self, version: int) -> tuple[IPAddress, ...]:
+        """The VIPs of one IP version (4 or 6): one VRRP virtual router's address list."""
+        return tuple(v for v in self.vips if v.version == version)
+
+    @property
+    def families(self) -> tuple[int, ...]:
+        """The IP versions among the VIPs, IPv4 first: one VRRP instance each."""
+        return tuple(f for f in (4, 6) if any(v.version == f for v in self.vips))
 
 
 # -- entry points ----------------------------------------------------------------------------
@@ -714,6 +735,7 @@ class _Validator:
             (
                 "node",
                 "vip",
+                "vips",
                 "interface",
                 "election",
                 "garp",
@@ -725,23 +747,23 @@ class _Validator:
                 "track",
             ),
         )
-        vip = self.vip(top.get("vip"))
+        vips = self.vips(top)
         interface = self.interface(top.get("interface"))
         node = self.node(top.get("node"), env, hostname)
-        election = self.election(top.get("election"), vip)
+        election = self.election(top.get("election"), vips)
         garp = self.garp(top.get("garp"))
         log = self.log(top.get("log"))
-        health = self.health(top.get("health"), election, vip) if "health" in top else None
+        health = self.health(top.get("health"), election, vips) if "health" in top else None
         metrics = self.metrics(top.get("metrics"))
         return Config(
             node=node,
-            vip=vip,
+            vips=vips,
             interface=interface,
             election=election,
             garp=garp,
             log=log,
             health=health,
-            ipvs=self.ipvs(top.get("ipvs"), vip, health),
+            ipvs=self.ipvs(top.get("ipvs"), vips, health),
             metrics=metrics,
             notify=self.notify(top.get("notify")),
             track=self.tracks(top.get("track")),
@@ -760,13 +782,42 @@ class _Validator:
             self.fail("node", "must be a name of 1 to 253 characters without spaces or '/'", value)
         return value
 
-    def vip(self, value: object) -> IPAddress:
+    def vips(self, top: Mapping[str, Any]) -> tuple[IPAddress, ...]:
+        """``vip`` (one address) or ``vips`` (a list), never both: two places for one fact
+        would leave a reader guessing which one counts."""
+        one, many = top.get("vip"), top.get("vips")
+        if one is not None and many is not None:
+            src = self.sources.get("vip")
+            via = f" (vip comes from {src})" if src else ""
+            self.fail(
+                "vips",
+                f"and vip are both set{via}: use vip for one address or vips for several",
+                many,
+            )
+        if many is None:
+            return (self.vip("vip", one),)
+        if not isinstance(many, list) or not many:
+            self.fail("vips", "must be a non-empty list of IP address literals", many)
+        out: list[IPAddress] = []
+        for i, item in enumerate(many):
+            key = f"vips[{i}]"
+            ip = self.vip(key, item)
+            if ip in out:
+                self.fail(key, f"is listed twice (first as vips[{out.index(ip)}])", item)
+            out.append(ip)
+        return tuple(out)
+
+    def vip(self, key: str, value: object) -> IPAddress:
         if value is None:
-            self.fail("vip", "is required: the control-plane endpoint address (or set VIPD_VIP)")
-        ip = self.ip_literal("vip", value, what="the VIP")
+            self.fail(
+                key,
+                "is required: the control-plane endpoint address (or set VIPD_VIP; vips: "
+                "[...] for several)",
+            )
+        ip = self.ip_literal(key, value, what="the VIP")
         problem = _vip_problem(ip)
         if problem:
-            self.fail("vip", problem, value)
+            self.fail(key, problem, value)
         return ip
 
     def ip_literal(self, key: str, value: object, what: str) -> IPAddress:
@@ -780,7 +831,7 @@ class _Validator:
         try:
             ip = ip_address(text)
         except ValueError:
-            if key == "vip" and _HOSTNAME_LIKE.fullmatch(text):
+            if (key == "vip" or key.startswith("vips[")) and _HOSTNAME_LIKE.fullmatch(text):
                 self.fail(
                     key,
                     "must be an IP address literal, not a DNS name: the control-plane endpoint "
@@ -812,21 +863,21 @@ class _Validator:
             )
         return value
 
-    def election(self, value: object, vip: IPAddress) -> Election:
+    def election(self, value: object, vips: tuple[IPAddress, ...]) -> Election:
         sec = self.section("election", value, ("mode", "vrrp", "lease"))
         mode = self.choice("election.mode", sec.get("mode", "vrrp"), ("vrrp", "lease"))
         # The section of the other mode may stay in the file (switching modes is one line);
         # it is still validated, so a typo in it is not silently carried along.
         if mode == "vrrp":
-            vrrp = self.vrrp(sec.get("vrrp"), vip)
+            vrrp = self.vrrp(sec.get("vrrp"), vips)
             lease = self.lease(sec["lease"]) if sec.get("lease") is not None else None
             return Election(mode="vrrp", vrrp=vrrp, lease=lease)
-        vrrp_opt = self.vrrp(sec["vrrp"], vip) if sec.get("vrrp") is not None else None
+        vrrp_opt = self.vrrp(sec["vrrp"], vips) if sec.get("vrrp") is not None else None
         lease = self.lease(sec.get("lease"))
         if lease.api_server is not None:
             host = re.sub(r"^https://\[?([^\]/]*?)\]?(:[0-9]+)?/?$", r"\1", lease.api_server)
             try:
-                same = ip_address(host) == vip
+                same = ip_address(host) in vips
             except ValueError:
                 same = False
             if same:
@@ -946,7 +997,7 @@ class _Validator:
             keep_on_unreachable=keep,
         )
 
-    def vrrp(self, value: object, vip: IPAddress) -> Vrrp:
+    def vrrp(self, value: object, vips: tuple[IPAddress, ...]) -> Vrrp:
         p = "election.vrrp"
         sec = self.section(
             p,
@@ -977,8 +1028,13 @@ class _Validator:
         version = sec.get("version", 3)
         if not _is_int(version) or version not in (2, 3):
             self.fail(f"{p}.version", "must be 2 or 3", version)
-        if version == 2 and isinstance(vip, IPv6Address):
-            self.fail(f"{p}.version", "must be 3 with an IPv6 VIP: VRRPv2 has no IPv6", version)
+        v6 = [v for v in vips if isinstance(v, IPv6Address)]
+        if version == 2 and v6:
+            self.fail(
+                f"{p}.version",
+                f"must be 3 with an IPv6 VIP ({v6[0]}): VRRPv2 has no IPv6 (RFC 3768)",
+                version,
+            )
 
         advert_interval = self.advert_interval(f"{p}.advert_interval", sec, version)
 
@@ -997,13 +1053,13 @@ class _Validator:
                 f"{p}.preempt_delay", "has no effect with preempt: false; remove it", preempt_delay
             )
 
-        peers = self.unicast_peers(f"{p}.unicast_peers", sec.get("unicast_peers", []), vip)
+        peers = self.unicast_peers(f"{p}.unicast_peers", sec.get("unicast_peers", []), vips)
         auth_pass = self.auth_pass(f"{p}.auth_pass", sec.get("auth_pass"), version)
-        vmac = self.vmac(f"{p}.vmac", sec.get("vmac", False), vip, peers)
+        vmac = self.vmac(f"{p}.vmac", sec.get("vmac", False), vips, peers)
         checksum = self.choice(
             f"{p}.checksum", sec.get("checksum", "pseudo-header"), ("pseudo-header", "message-only")
         )
-        if checksum == "message-only" and (version != 3 or isinstance(vip, IPv6Address)):
+        if checksum == "message-only" and (version != 3 or len(v6) == len(vips)):
             self.fail(
                 f"{p}.checksum",
                 "only applies to VRRPv3 over IPv4 (VRRPv2 always sums the message alone, IPv6 "
@@ -1023,11 +1079,13 @@ class _Validator:
             checksum=cast(Literal["pseudo-header", "message-only"], checksum),
         )
 
-    def vmac(self, key: str, value: object, vip: IPAddress, peers: tuple[IPAddress, ...]) -> bool:
+    def vmac(
+        self, key: str, value: object, vips: tuple[IPAddress, ...], peers: tuple[IPAddress, ...]
+    ) -> bool:
         """The virtual MAC option (vipd.host.vmac): IPv4 multicast only in this version."""
         if not isinstance(value, bool):
             self.fail(key, "must be true or false", value)
-        if value and isinstance(vip, IPv6Address):
+        if value and any(isinstance(v, IPv6Address) for v in vips):
             self.fail(key, "is only supported with an IPv4 VIP in this version", value)
         if value and peers:
             self.fail(
@@ -1055,23 +1113,37 @@ class _Validator:
             self.fail(key, rule, value)
         return round(cs) / 100  # 0.1 stays 0.1, not 0.1 * 100 / 100 noise
 
-    def unicast_peers(self, key: str, value: object, vip: IPAddress) -> tuple[IPAddress, ...]:
-        return self.node_addresses(
+    def unicast_peers(
+        self, key: str, value: object, vips: tuple[IPAddress, ...]
+    ) -> tuple[IPAddress, ...]:
+        peers = self.node_addresses(
             key,
             value,
-            vip,
+            vips,
             empty="must be a list of IP addresses (empty for multicast)",
             what="a peer's address",
             not_vip="must not be the VIP itself: list the other nodes' own addresses",
             unicast="must be a unicast address of another node",
             link_local_ok=True,
         )
+        # One virtual router per family: a family without peers of its own would advertise
+        # by multicast while the other goes unicast, which no peer configured this way hears.
+        for version in sorted({v.version for v in vips}):
+            if peers and not any(ip.version == version for ip in peers):
+                v = f"IPv{version}"
+                self.fail(
+                    key,
+                    f"lists no {v} peer, but the {v} VIPs are a virtual router of their own: "
+                    f"list the peers' {v} addresses too (or no peers at all for multicast)",
+                    value,
+                )
+        return peers
 
     def node_addresses(
         self,
         key: str,
         value: object,
-        vip: IPAddress,
+        vips: tuple[IPAddress, ...],
         *,
         empty: str,
         what: str,
@@ -1079,20 +1151,22 @@ class _Validator:
         unicast: str,
         link_local_ok: bool,
     ) -> tuple[IPAddress, ...]:
-        """A list of other nodes' addresses: IP literals of the VIP's family, unicast, not the
-        VIP, no duplicates; null is empty. The rules' wording is the caller's."""
+        """A list of other nodes' addresses: IP literals of a VIP's family, unicast, not a VIP,
+        no duplicates; null is empty. The rules' wording is the caller's."""
         if value is None:
             return ()
         if not isinstance(value, list):
             self.fail(key, empty, value)
-        family = "IPv4" if isinstance(vip, IPv4Address) else "IPv6"
+        versions = {v.version for v in vips}
+        family = " or ".join(f"IPv{n}" for n in sorted(versions))
         out: list[IPAddress] = []
         for i, item in enumerate(value):
             k = f"{key}[{i}]"
             ip = self.ip_literal(k, item, what=what)
-            if ip.version != vip.version:
-                self.fail(k, f"must be an {family} address, the family of the VIP", item)
-            if ip == vip:
+            if ip.version not in versions:
+                whose = "the VIP" if len(vips) == 1 else "the VIPs"
+                self.fail(k, f"must be an {family} address, the family of {whose}", item)
+            if ip in vips:
                 self.fail(k, not_vip, item)
             if (
                 ip.is_unspecified
@@ -1155,7 +1229,7 @@ class _Validator:
         )
         return Log(format=cast(LogFormat, fmt), level=cast(LogLevel, level))
 
-    def health(self, value: object, election: Election, vip: IPAddress) -> Health:
+    def health(self, value: object, election: Election, vips: tuple[IPAddress, ...]) -> Health:
         # An empty `health:` section (null) means "on, with every default".
         p = "health"
         sec = self.section(
@@ -1231,7 +1305,7 @@ class _Validator:
                     "health.weight)",
                     sec["peers"],
                 )
-            peers = self.backends(f"{p}.peers", sec["peers"], vip)
+            peers = self.backends(f"{p}.peers", sec["peers"], vips)
         return Health(
             peers=peers,
             path=path,
@@ -1245,7 +1319,7 @@ class _Validator:
             weight=weight,
         )
 
-    def ipvs(self, value: object, vip: IPAddress, health: Health | None) -> Ipvs:
+    def ipvs(self, value: object, vips: tuple[IPAddress, ...], health: Health | None) -> Ipvs:
         p = "ipvs"
         sec = self.section(
             p, value, ("enabled", "port", "scheduler", "forwarding", "backends", "discovery")
@@ -1256,7 +1330,15 @@ class _Validator:
         port = self.integer(f"{p}.port", sec.get("port", 6443), 1, 65535)
         scheduler = self.choice(f"{p}.scheduler", sec.get("scheduler", "rr"), IPVS_SCHEDULERS)
         forwarding = self.choice(f"{p}.forwarding", sec.get("forwarding", "nat"), ("nat", "dr"))
-        backends = self.backends(f"{p}.backends", sec.get("backends", []), vip)
+        if enabled and len(vips) > 1:
+            # The IPVS service, its discovery and its health pool are built for one VIP.
+            self.fail(
+                f"{p}.enabled",
+                "supports one VIP in this version (vips lists several): balance one "
+                "endpoint, or run IPVS without vipd for the others",
+                enabled,
+            )
+        backends = self.backends(f"{p}.backends", sec.get("backends", []), vips)
         if enabled and not backends:
             self.fail(
                 f"{p}.backends",
@@ -1312,11 +1394,13 @@ class _Validator:
             enabled=enabled, interval=interval, kubeconfig=kubeconfig, api_server=api_server
         )
 
-    def backends(self, key: str, value: object, vip: IPAddress) -> tuple[IPAddress, ...]:
+    def backends(
+        self, key: str, value: object, vips: tuple[IPAddress, ...]
+    ) -> tuple[IPAddress, ...]:
         return self.node_addresses(
             key,
             value,
-            vip,
+            vips,
             empty="must be a list of the control-plane nodes' IP addresses",
             what="a control-plane node's address",
             not_vip="must not be the VIP itself: list the nodes' own addresses",

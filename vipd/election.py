@@ -20,7 +20,13 @@ What it is
        ``publish(Transition)`` (the agent turns it into desired state, metrics and status);
        ``ready()`` once this node takes part. Runs until cancelled; raises on a fault.
     4. ``on_health(addr, health)``: pushed on every change of a checked API server;
-       ``on_link(up)``: pushed when the configured interface goes down or up;
+       ``on_link(up)``: pushed when the configured interface stops or starts being usable
+       (deleted, down, or without a source address: a Shutdown; back: a Startup, RFC 9568
+       §6.4); ``await relink(pre)``: the interface was re-created (a new index, maybe a new
+       MAC) or its source address changed: open fresh sockets on it and return the VIP's
+       link (the VRRP backend's virtual MAC is made again on a new parent). The agent calls
+       it before ``on_link(True)`` for a new interface, and while the node stays in the
+       election for a new source address of the same one;
        ``on_track(adjustment)``: the tracked checks changed;
        ``reconfigure(cfg)``: a reload (SIGHUP) changed keys that apply live.
     5. ``await resign(graceful)``: stop electing and return once a successor has been seen or
@@ -44,6 +50,7 @@ if TYPE_CHECKING:
     from vipd.controller import Controller
     from vipd.health.checker import HealthChecker
     from vipd.health.tracker import BackendHealth, Outcome
+    from vipd.preflight import Preflight
     from vipd.track import Adjustment
 
 IPAddress = IPv4Address | IPv6Address
@@ -95,7 +102,7 @@ class Host:
 
     controller: Controller
     health: HealthChecker | None
-    link_up: bool  # the configured interface, now (later changes come as on_link)
+    link_up: bool  # the configured interface is usable now (later changes come as on_link)
 
 
 Publish = Callable[[Transition], None]
@@ -107,6 +114,12 @@ class Election(Protocol):
     @property
     def backend(self) -> str:
         """``"vrrp"`` or ``"lease"``: the ``backend`` label of the shared metrics."""
+        ...
+
+    @property
+    def vips(self) -> tuple[IPAddress, ...]:
+        """The VIPs this instance moves together: a VRRP virtual router's (one family), or
+        every VIP for the Lease."""
         ...
 
     @property
@@ -129,6 +142,11 @@ class Election(Protocol):
         ...
 
     def on_link(self, up: bool) -> None: ...
+
+    async def relink(self, pre: Preflight) -> VipLink:
+        """The configured interface as it is now (``pre.link``: index, MAC, addresses;
+        ``pre.source``: the node's address on it): fresh sockets on it; the VIP's link."""
+        ...
 
     def on_track(self, adj: Adjustment) -> None:
         """The tracked checks' sum changed (``vipd.track``): VRRP lowers its priority (or

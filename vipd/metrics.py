@@ -23,7 +23,7 @@ before.
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -49,31 +49,45 @@ class OptionalGauge(Collector):
     ``absent()`` and every comparison treat as "no data", instead of a -1 that a query would
     have to know to leave out."""
 
-    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        registry: CollectorRegistry,
+        labelnames: tuple[str, ...] = (),
+    ) -> None:
         self.name = name
         self.documentation = documentation
-        self._value: float | None = None
-        self._fn: Callable[[], float | None] | None = None
+        self.labelnames = labelnames
+        # label values -> a value or a function read when scraped
+        self._values: dict[tuple[str, ...], float | Callable[[], float | None] | None] = {}
         registry.register(self)
 
-    def set(self, value: float | None) -> None:
-        self._value = value
+    def _key(self, labels: Mapping[str, str]) -> tuple[str, ...]:
+        if set(labels) != set(self.labelnames):
+            raise ValueError(f"{self.name} takes the labels {self.labelnames}, not {labels}")
+        return tuple(labels[n] for n in self.labelnames)
 
-    def set_function(self, fn: Callable[[], float | None]) -> None:
+    def set(self, value: float | None, **labels: str) -> None:
+        self._values[self._key(labels)] = value
+
+    def set_function(self, fn: Callable[[], float | None], **labels: str) -> None:
         """Read the value when scraped (None: no sample)."""
-        self._fn = fn
+        self._values[self._key(labels)] = fn
 
-    def get(self) -> float | None:
-        return self._fn() if self._fn is not None else self._value
+    def get(self, **labels: str) -> float | None:
+        v = self._values.get(self._key(labels))
+        return v() if callable(v) else v
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(self.name, self.documentation)
+        yield GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self.name, self.documentation)
-        value = self.get()
-        if value is not None:
-            family.add_metric([], value)
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for key, v in list(self._values.items()):
+            value = v() if callable(v) else v
+            if value is not None:
+                family.add_metric(list(key), value)
         yield family
 
 
@@ -186,9 +200,9 @@ LOOP_LAG = Histogram(
 
 ROLE = Gauge(
     "vipd_role",
-    "1 for the role this node has now in each election backend, 0 for the others. "
-    'sum(vipd_role{role="leader"}) over a cluster must be exactly 1.',
-    ["backend", "role"],
+    "1 for the role this node has now for each VIP in each election backend, 0 for the "
+    'others. sum by (vip) (vipd_role{role="leader"}) over a cluster must be exactly 1.',
+    ["backend", "role", "vip"],
     registry=REGISTRY,
 )
 
@@ -243,6 +257,7 @@ DUPLICATE_CLAIM = Gauge(
     "vipd_vip_duplicate_claim",
     "1 while this node holds the VIP and another node claimed it within the last 3 advert "
     "intervals, else 0. Any 1 lasting longer than a scrape is a split brain.",
+    ["vip"],
     registry=REGISTRY,
 )
 
@@ -361,16 +376,19 @@ VRRP_INVALID = Counter(
 
 VRRP_PRIORITY = Gauge(
     "vipd_vrrp_priority",
-    "This node's VRRP priority (1-254; 0 while resigning).",
+    "This node's VRRP priority (1-254; 0 while resigning) in the virtual router of the VIP "
+    "(one per address family).",
+    ["vip"],
     registry=REGISTRY,
 )
 
 VRRP_MASTER = Gauge(
     "vipd_vrrp_master_info",
-    "Always 1, one series: the address of the node this node believes is the VRRP master "
-    "(its own source address when it leads). count(count by (address) (vipd_vrrp_master_info))"
-    " above 1 means the nodes disagree.",
-    ["address"],
+    "Always 1, one series per VIP: the address of the node this node believes is the VRRP "
+    "master of the VIP's virtual router (its own source address when it leads). "
+    "count by (vip) (count by (vip, address) (vipd_vrrp_master_info)) above 1 means the "
+    "nodes disagree.",
+    ["address", "vip"],
     registry=REGISTRY,
 )
 
@@ -379,6 +397,7 @@ VRRP_MASTER_PRIORITY = OptionalGauge(
     "The priority of the master as seen by this node (its own when it leads); no sample "
     "while no master is known (starting, or the master just went away).",
     registry=REGISTRY,
+    labelnames=("vip",),
 )
 
 VRRP_MASTER_ADVERT_AGE = OptionalGauge(
@@ -387,6 +406,7 @@ VRRP_MASTER_ADVERT_AGE = OptionalGauge(
     "the advert interval is healthy, near 3 x the interval the follower is about to take "
     "over. 0 on the leader; no sample while no advert from the master has been heard.",
     registry=REGISTRY,
+    labelnames=("vip",),
 )
 
 INTERFACE_UP = Gauge(
@@ -512,27 +532,39 @@ LEASE_RENEW_AGE = OptionalGauge(
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def set_role(backend: str, role: str) -> None:
-    """One 1 and the rest 0 for ``backend``: a query never sees two roles at once."""
+def set_role(backend: str, role: str, vip: str) -> None:
+    """One 1 and the rest 0 for ``backend`` and ``vip``: a query never sees two roles at
+    once."""
     for r in ROLES:
-        ROLE.labels(backend=backend, role=r).set(1 if r == role else 0)
+        ROLE.labels(backend=backend, role=r, vip=vip).set(1 if r == role else 0)
 
 
-def set_master(address: object | None, priority: int | None) -> None:
-    """Replace the one ``vipd_vrrp_master_info`` series (none when no master is known)."""
-    VRRP_MASTER.clear()
+_MASTERS: dict[str, str] = {}  # vip -> the address of its vipd_vrrp_master_info series
+
+
+def set_master(address: object | None, priority: int | None, vip: str) -> None:
+    """Replace ``vip``'s one ``vipd_vrrp_master_info`` series (none when no master is
+    known)."""
+    old = _MASTERS.pop(vip, None)
+    if old is not None:
+        VRRP_MASTER.remove(old, vip)
     if address is not None:
-        VRRP_MASTER.labels(address=str(address)).set(1)
-    VRRP_MASTER_PRIORITY.set(None if priority is None or address is None else priority)
+        _MASTERS[vip] = str(address)
+        VRRP_MASTER.labels(address=str(address), vip=vip).set(1)
+    VRRP_MASTER_PRIORITY.set(None if priority is None or address is None else priority, vip=vip)
 
 
-def init_vrrp(*, node: str, vip: str, interface: str, priority: int) -> None:
-    """Create every series this node will export, at its starting value, so a query sees a
-    0 instead of no data before the first event (the gauges of an unknown value stay
-    absent until it is known)."""
-    NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="vrrp").set(1)
-    set_role("vrrp", "init")
-    VIP_BOUND.labels(vip=vip).set(0)
+def init_vrrp(*, node: str, vips: Sequence[str], interface: str, priority: int) -> None:
+    """Create every series this node will export for the VRRP instance of ``vips``, at its
+    starting value, so a query sees a 0 instead of no data before the first event (the
+    gauges of an unknown value stay absent until it is known)."""
+    for vip in vips:
+        NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="vrrp").set(1)
+        set_role("vrrp", "init", vip)
+        VIP_BOUND.labels(vip=vip).set(0)
+        VRRP_PRIORITY.labels(vip=vip).set(priority)
+        set_master(None, None, vip)
+        DUPLICATE_CLAIM.labels(vip=vip).set(0)
     for op in ("add", "remove"):
         VIP_CHANGES.labels(op=op)
     for reason in INVALID_REASONS:
@@ -545,9 +577,6 @@ def init_vrrp(*, node: str, vip: str, interface: str, priority: int) -> None:
         RELOADS.labels(result=result)
     for stage in ("bound", "announced"):
         TAKEOVER_DURATION.labels(stage=stage)
-    VRRP_PRIORITY.set(priority)
-    set_master(None, None)
-    DUPLICATE_CLAIM.set(0)
     for source in CLAIM_SOURCES:
         DUPLICATE_CLAIMS.labels(source=source)
     READY.set(0)
@@ -559,11 +588,12 @@ def set_lease_holder(holder: str | None) -> None:
     LEASE_HOLDER.labels(holder=holder or "").set(1)
 
 
-def init_lease(*, node: str, vip: str, interface: str) -> None:
+def init_lease(*, node: str, vips: Sequence[str], interface: str) -> None:
     """The Lease backend's series at their starting values (see `init_vrrp`)."""
-    NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="lease").set(1)
-    set_role("lease", "init")
-    VIP_BOUND.labels(vip=vip).set(0)
+    for vip in vips:
+        NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="lease").set(1)
+        set_role("lease", "init", vip)
+        VIP_BOUND.labels(vip=vip).set(0)
     for op in ("add", "remove"):
         VIP_CHANGES.labels(op=op)
     for actuator in ACTUATORS:

@@ -30,6 +30,9 @@ Rules and where they come from
       §5.1.2.1: the source MUST be the link-local address of the interface).
     - Unicast peers are the other nodes; listing this node's own address would make it send
       adverts to itself.
+    - Several VIPs (``vips``): each is checked as above; the interface goes by the first one,
+      and every family among them needs its own advert source (RFC 9568 §7: one virtual
+      router per family, each advertising from an address of its family).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ __all__ = [
     "HostLink",
     "HostView",
     "Preflight",
+    "advert_source",
     "check_host",
     "read_host",
     "resolve_interface",
@@ -120,6 +124,17 @@ class Preflight:
     findings: tuple[str, ...]  # human-readable, in the order they were found
     stale_vip: bool  # a copy left by an earlier vipd run is on `link` and must be removed
     unicast_peers: tuple[IPAddress, ...] = ()  # the configured peers less this node's own
+    # The advert source per IP version of the VIPs; `source` is the first VIP's. Empty: only
+    # `source` (a Preflight built by hand for one family).
+    sources: tuple[IPAddress, ...] = ()
+
+    def source_for(self, version: int) -> IPAddress:
+        """The advert source of the virtual router of IP ``version`` (4 or 6)."""
+        return next((s for s in self.sources if s.version == version), self.source)
+
+    def peers_for(self, version: int) -> tuple[IPAddress, ...]:
+        """The unicast peers of the virtual router of IP ``version``."""
+        return tuple(p for p in self.unicast_peers if p.version == version)
 
 
 # -- the pure checks -------------------------------------------------------------------------
@@ -194,29 +209,20 @@ def resolve_interface(cfg: Config, host: HostView) -> tuple[HostLink, str]:
     )
 
 
+def _vip_key(cfg: Config, i: int) -> str:
+    """The key an error about the ``i``-th VIP names: ``vip``, or ``vips[i]``."""
+    return "vip" if len(cfg.vips) == 1 else f"vips[{i}]"
+
+
 def check_host(cfg: Config, host: HostView) -> Preflight:
     """Check ``cfg`` against ``host``; raise `ConfigError` or return what was decided."""
     vip = cfg.vip
-    family = _family(vip)
 
-    # The VIP must not be a node address, on any interface. A deprecated /32 (/128) copy looks
+    # No VIP may be a node address, on any interface. A deprecated /32 (/128) copy looks
     # like vipd's own leftover; whether it may stay depends on the interface chosen below.
-    leftovers: list[tuple[HostLink, HostAddress]] = []
-    for link in host.links:
-        for a in link.addresses:
-            if a.ip != vip:
-                continue
-            if link.loopback and cfg.ipvs.enabled and cfg.ipvs.forwarding == "dr":
-                # IPVS direct routing: every backend accepts the VIP on lo (docs/design/ipvs.md)
-                continue
-            if a.host_prefix and a.deprecated:
-                leftovers.append((link, a))
-            else:
-                raise ConfigError(
-                    "vip",
-                    f"is already an address of this node ({link.name} {a.address}): "
-                    "a VIP must not be a node address",
-                )
+    leftovers: list[tuple[str, HostLink, HostAddress]] = []
+    for i, each in enumerate(cfg.vips):
+        leftovers.extend((_vip_key(cfg, i), link, a) for link, a in _copies(cfg, host, each, i))
 
     link, reason = resolve_interface(cfg, host)
     findings = [reason]
@@ -234,10 +240,10 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
         if cfg.election.mode == "vrrp" and cfg.election.vrrp.vmac
         else None
     )
-    for other, a in leftovers:
+    for key, other, a in leftovers:
         if other.index != link.index and other.name != vmac_link:
             raise ConfigError(
-                "vip",
+                key,
                 f"is already an address of this node ({other.name} {a.address}, deprecated: "
                 f"probably left by an earlier vipd run on {other.name}; remove it with "
                 f"`ip addr del {a.address} dev {other.name}`): a VIP must not be a node address",
@@ -248,18 +254,8 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
             "will be removed at start"
         )
 
-    if isinstance(vip, IPv4Address):
-        for a in link.addresses:
-            net = a.address.network
-            if a.ip.version == 4 and net.prefixlen <= 30 and vip in net:
-                if vip == net.broadcast_address:
-                    raise ConfigError(
-                        "vip", f"is the broadcast address of {link.name}'s subnet {net}", str(vip)
-                    )
-                if vip == net.network_address:
-                    raise ConfigError(
-                        "vip", f"is the network address of {link.name}'s subnet {net}", str(vip)
-                    )
+    for i, each in enumerate(cfg.vips):
+        _check_subnet_edges(_vip_key(cfg, i), each, link)
 
     # One config is shared by every node of a DaemonSet, so it lists every node, this one
     # included: our own addresses are dropped (and said), not treated as an error.
@@ -279,10 +275,94 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
             "lists only this node's own addresses: add the other nodes",
             ", ".join(str(p) for p in configured),
         )
+    for version in cfg.families:
+        if configured and not any(p.version == version for p in peers):
+            raise ConfigError(
+                "election.vrrp.unicast_peers",
+                f"lists only this node's own IPv{version} addresses: add the other nodes'",
+                ", ".join(str(p) for p in configured if p.version == version),
+            )
     if peers:
         findings.append(f"unicast mode: adverts go to {', '.join(str(p) for p in peers)}")
 
-    global_v6 = isinstance(vip, IPv6Address) and any(not p.is_link_local for p in peers)
+    sources: list[IPAddress] = []
+    for version in cfg.families:
+        rep_vip = cfg.family(version)[0]
+        fam_peers = tuple(p for p in peers if p.version == version)
+        source = _source(link, rep_vip, fam_peers)
+        sources.append(source.ip)
+        findings.append(f"VRRP adverts will be sent from {source.ip} on {link.name}")
+        if source.flags & IFA_F_TENTATIVE:
+            findings.append(
+                f"{source.ip} is still tentative (duplicate address detection running): "
+                "adverts can be sent once it completes"
+            )
+    primary_ip = next(s for s in sources if s.version == vip.version)
+
+    for each in cfg.vips:
+        if not any(each in a.address.network for a in _own(link.addresses, each) if _scoped(a.ip)):
+            findings.append(
+                f"the VIP {each} is in none of {link.name}'s subnets: clients on that layer-2 "
+                "network need a route to it"
+            )
+    if not link.mac or link.mac == "00:00:00:00:00:00":
+        findings.append(
+            f"{link.name} has no link-layer address: gratuitous ARP / unsolicited NA cannot "
+            "move the VIP there"
+        )
+
+    return Preflight(
+        link=link,
+        source=primary_ip,
+        findings=tuple(findings),
+        stale_vip=stale_vip,
+        unicast_peers=peers,
+        sources=tuple(sources),
+    )
+
+
+def _copies(
+    cfg: Config, host: HostView, vip: IPAddress, i: int
+) -> Iterable[tuple[HostLink, HostAddress]]:
+    """The copies of ``vip`` on this node that may be vipd's own leftovers; raise for one that
+    is a real node address."""
+    for link in host.links:
+        for a in link.addresses:
+            if a.ip != vip:
+                continue
+            if link.loopback and cfg.ipvs.enabled and cfg.ipvs.forwarding == "dr":
+                # IPVS direct routing: every backend accepts the VIP on lo (docs/design/ipvs.md)
+                continue
+            if a.host_prefix and a.deprecated:
+                yield link, a
+            else:
+                raise ConfigError(
+                    _vip_key(cfg, i),
+                    f"is already an address of this node ({link.name} {a.address}): "
+                    "a VIP must not be a node address",
+                )
+
+
+def _check_subnet_edges(key: str, vip: IPAddress, link: HostLink) -> None:
+    """An IPv4 VIP must not be the network or broadcast address of one of ``link``'s subnets."""
+    if isinstance(vip, IPv4Address):
+        for a in link.addresses:
+            net = a.address.network
+            if a.ip.version == 4 and net.prefixlen <= 30 and vip in net:
+                if vip == net.broadcast_address:
+                    raise ConfigError(
+                        key, f"is the broadcast address of {link.name}'s subnet {net}", str(vip)
+                    )
+                if vip == net.network_address:
+                    raise ConfigError(
+                        key, f"is the network address of {link.name}'s subnet {net}", str(vip)
+                    )
+
+
+def _source(link: HostLink, vip: IPAddress, peers: tuple[IPAddress, ...]) -> HostAddress:
+    """The advert source of the virtual router of ``vip``'s family, or a `ConfigError`."""
+    family = _family(vip)
+    global_v6 = _global_v6(vip, peers)
     primary = _primary(link, vip, global_v6)
     if primary is None:
         why = (
@@ -296,31 +376,22 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
             "interface",
             f"{link.name} has no usable source address for VRRP adverts: it needs {why}",
         )
-    findings.append(f"VRRP adverts will be sent from {primary.ip} on {link.name}")
-    if primary.flags & IFA_F_TENTATIVE:
-        findings.append(
-            f"{primary.ip} is still tentative (duplicate address detection running): adverts "
-            "can be sent once it completes"
-        )
+    return primary
 
-    if not any(vip in a.address.network for a in _own(link.addresses, vip) if _scoped(a.ip)):
-        findings.append(
-            f"the VIP {vip} is in none of {link.name}'s subnets: clients on that layer-2 "
-            "network need a route to it"
-        )
-    if not link.mac or link.mac == "00:00:00:00:00:00":
-        findings.append(
-            f"{link.name} has no link-layer address: gratuitous ARP / unsolicited NA cannot "
-            "move the VIP there"
-        )
 
-    return Preflight(
-        link=link,
-        source=primary.ip,
-        findings=tuple(findings),
-        stale_vip=stale_vip,
-        unicast_peers=peers,
-    )
+def advert_source(
+    vip: IPAddress, link: HostLink, unicast_peers: Iterable[IPAddress] = ()
+) -> IPAddress | None:
+    """The node's source address on ``link`` by the rule `check_host` applies at start (the
+    first usable primary IPv4 address; IPv6: the link-local one, or a global one towards
+    global unicast peers); None when the link has none. The agent asks again whenever the
+    interface's addresses change, so the adverts follow a new primary address."""
+    primary = _primary(link, vip, _global_v6(vip, tuple(unicast_peers)))
+    return None if primary is None else primary.ip
+
+
+def _global_v6(vip: IPAddress, peers: tuple[IPAddress, ...]) -> bool:
+    return isinstance(vip, IPv6Address) and any(not p.is_link_local for p in peers)
 
 
 def _family(ip: IPAddress) -> str:

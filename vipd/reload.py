@@ -15,10 +15,10 @@ What it is
     and nothing re-announces the VIP.
 
     Restart (everything else): what names the election or the VIP on the wire or on the host
-    (``vip``, ``interface``, ``election.mode``, ``election.vrrp.vrid``, the version, interval,
-    peers, password and virtual MAC, the Lease object and its credentials), the endpoint's
-    address (the per-node lock), the log format, and switching the health section or IPVS on
-    or off.
+    (``vip`` or ``vips``: the VIP set, ``interface``, ``election.mode``, ``election.vrrp.vrid``,
+    the version, interval, peers, password and virtual MAC, the Lease object and its
+    credentials), the endpoint's address (the per-node lock), the log format, and switching
+    the health section or IPVS on or off.
 
 What it must not do: look at the host, read files, or apply anything (the agent does).
 """
@@ -85,6 +85,9 @@ def _diff(prefix: str, old: object, new: object) -> Iterator[str]:
 
 def plan(old: Config, new: Config) -> Plan:
     keys = list(_diff("", old, new))
+    if len(old.vips) == 1 and len(new.vips) == 1:
+        # Both files wrote the one-address key: name it as written.
+        keys = ["vip" if k == "vips" else k for k in keys]
     return Plan(
         live=tuple(k for k in keys if _is_live(k)),
         refused=tuple(k for k in keys if not _is_live(k)),

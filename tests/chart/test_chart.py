@@ -131,6 +131,57 @@ CASES: list[tuple[str, dict[str, Any], list[str], dict[str, Any]]] = [
         [],
         {},
     ),
+    (
+        "vrrp-ipvs-discovery-with-kubeconfig",
+        {
+            "vip": "10.0.0.100",
+            "health": {"port": 6443},
+            "election": {"vrrp": {"vrid": 9}},
+            "ipvs": {
+                "enabled": True,
+                "backends": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+                "discovery": {"enabled": True, "kubeconfig": "/etc/kubernetes/admin.conf"},
+            },
+        },
+        [],
+        {},
+    ),
+    (
+        "lease-in-default-with-ipvs-discovery",
+        {
+            "vip": "10.0.0.100",
+            "health": {"port": 6443},
+            "election": {"mode": "lease", "lease": {"namespace": "default"}},
+            "ipvs": {"enabled": True, "backends": ["10.0.0.1"], "discovery": {"enabled": True}},
+        },
+        [],
+        {},
+    ),
+    (
+        "lease-with-ipvs-discovery",
+        {
+            "vip": "10.0.0.100",
+            "health": {"port": 6443},
+            "election": {"mode": "lease"},
+            "ipvs": {
+                "enabled": True,
+                "backends": ["10.0.0.1", "10.0.0.2"],
+                "discovery": {"enabled": True, "interval": 5},
+            },
+        },
+        [],
+        {},
+    ),
+    (
+        "dual-stack-second-instance",
+        {
+            "vips": ["10.0.0.100", "fd00::100"],
+            "election": {"mode": "lease", "lease": {"name": "edge-vip"}},
+            "metrics": {"listen": "0.0.0.0:2113"},
+        },
+        ["--name", "vipd-edge"],
+        {"name": "vipd-edge"},
+    ),
 ]
 
 
@@ -216,10 +267,17 @@ def test_chart_renders_what_vipd_manifest_renders(
     theirs = manifest_objects(cfg, opts, tmp_path, ns)
     ours = chart_objects(values_for(cfg, extra), tmp_path, ns)
     assert not differences(ours, theirs), "\n".join(differences(ours, theirs))
-    lease = cfg["election"].get("mode") == "lease"
-    assert sorted(o["kind"] for o in ours) == (
-        ["DaemonSet", "Role", "RoleBinding", "ServiceAccount"] if lease else ["DaemonSet"]
-    )
+    # One Role and binding per namespace the API is used in: the Lease's, default for IPVS
+    # discovery's EndpointSlices.
+    election = cfg.get("election") or {}
+    namespaces = set()
+    if election.get("mode") == "lease":
+        namespaces.add((election.get("lease") or {}).get("namespace", "kube-system"))
+    if cfg.get("ipvs", {}).get("discovery", {}).get("enabled"):
+        namespaces.add("default")
+    api = ["Role", "RoleBinding"] * len(namespaces) + ["ServiceAccount"] if namespaces else []
+    assert sorted(o["kind"] for o in ours) == sorted(["DaemonSet", *api])
+    assert {o["metadata"]["namespace"] for o in ours if o["kind"] == "Role"} == namespaces
     for obj in ours:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 

@@ -12,16 +12,21 @@ and fails under CI=true, by ``tests.prereq``), or leave a bed behind.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.prereq import missing
-from vipd.lab.analysis import measure
+from vipd.lab.analysis import Outage, measure
 from vipd.lab.kubebed.bed import KubeBed, Timing, usable
-from vipd.lab.kubebed.verdict import Verdict, excerpt, judge
+from vipd.lab.kubebed.verdict import GRACEFUL_OVERLAP, Verdict, excerpt, judge
 from vipd.lab.timeline import Exclusions
+
+# Where Window.check appends each scenario's verdict (bench/lease_faults.py sets it).
+FAULT_TABLE_ENV = "VIPD_FAULT_TABLE"
 
 TIMING = Timing(duration=5, renew_deadline=3.0, retry_period=1.0)
 # Scheduling slack on a shared, loaded 2-core machine that also runs six Go servers.
@@ -44,8 +49,9 @@ def bed() -> Iterator[KubeBed]:
 class Window:
     """One scenario's slice of the bed's timeline, with its marks (fault, heal, …)."""
 
-    def __init__(self, bed: KubeBed) -> None:
+    def __init__(self, bed: KubeBed, name: str = "") -> None:
         self.bed = bed
+        self.name = name
         self.t0 = time.monotonic()
         self.marks: list[tuple[float, str]] = []
         self.excluded: dict[str, list[tuple[float, float | None]]] = {}
@@ -65,12 +71,17 @@ class Window:
         first = self.marks[0][0] if self.marks else self.t0
         return excerpt(tl, self.t0, until or time.monotonic(), first, self.marks)
 
+    def _client(self, until: float) -> Outage | None:
+        if self.bed.prober is None:
+            return None
+        fault = self.marks[0][0] if self.marks else self.t0
+        return measure(self.bed.prober.attempts(), fault, until, pre=fault - self.t0 + 0.5)
+
     def client(self, until: float) -> str:
         """What the 2 ms prober through the VIP saw (for the report, not judged here)."""
-        if self.bed.prober is None:
+        o = self._client(until)
+        if o is None:
             return "no prober"
-        fault = self.marks[0][0] if self.marks else self.t0
-        o = measure(self.bed.prober.attempts(), fault, until, pre=fault - self.t0 + 0.5)
         if o.outage is None:
             return "client: no attempts"
         return (
@@ -94,15 +105,37 @@ class Window:
             f"{v.worst_unowned:.3f} s (limit {gap_limit:.1f} s); {self.client(until)}"
         )
         problems = v.problems(gap_limit)
+        self._record(v, gap_limit, problems, until)
         assert not problems, (
             "; ".join(problems) + f"\ntimeline:\n{text}\n{self.bed.vipd_report(15)}"
         )
         return v
 
+    def _record(self, v: Verdict, gap_limit: float, problems: list[str], until: float) -> None:
+        """With ``$VIPD_FAULT_TABLE`` set, one JSON line per judged scenario (passed or
+        not): what bench/lease_faults.py tabulates."""
+        path = os.environ.get(FAULT_TABLE_ENV)
+        if not path:
+            return
+        o = self._client(until)
+        row = {
+            "test": self.name,
+            "marks": [label for _, label in self.marks],
+            "worst_two_holders_s": round(v.worst_shared, 4),
+            "worst_no_holder_s": round(v.worst_unowned, 4),
+            "no_holder_bound_s": round(gap_limit, 3),
+            "two_holder_limit_s": GRACEFUL_OVERLAP,
+            "client_outage_s": None if o is None or o.outage is None else round(o.outage, 4),
+            "client_interleaved": None if o is None else o.interleaved,
+            "problems": problems,
+        }
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
 
 @pytest.fixture
-def window(bed: KubeBed) -> Iterator[Window]:
+def window(bed: KubeBed, request: pytest.FixtureRequest) -> Iterator[Window]:
     bed.settle()
-    yield Window(bed)
+    yield Window(bed, request.node.name)
     # Whatever the test did, the next one starts from a working control plane.
     bed.settle()

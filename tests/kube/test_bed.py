@@ -15,6 +15,7 @@ a ServiceAccount lacks (exit 2).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from typing import Any
@@ -83,6 +84,7 @@ def test_exactly_one_holder_the_one_the_lease_names(bed: KubeBed, window: Window
 
 def test_leader_node_death_a_peer_takes_over(bed: KubeBed, window: Window) -> None:
     old = bed.wait_one_holder(10)
+    transitions = bed.lease().get("leaseTransitions", 0)
     t_kill = window.mark(f"node {old} dies (link down, SIGKILL all)")
     bed.kill_node(old)
     window.exclude(old, t_kill)
@@ -92,6 +94,12 @@ def test_leader_node_death_a_peer_takes_over(bed: KubeBed, window: Window) -> No
     window.mark(f"{new} holds the VIP")
     print(f"\nnode death: {new} holds the VIP {took:.2f} s after {old} died")
     assert took <= TIMING.takeover_bound() + MARGIN, took
+    # The Lease names the new holder as a new term, and the VIP was bound and its first
+    # gratuitous ARP sent in the call that decided.
+    lease = bed.lease()
+    assert lease["holderIdentity"] == new and lease["leaseTransitions"] > transitions, lease
+    log = bed.procs[new].vipd.log_text()
+    assert re.search(r'msg="VIP bound and announced".*decision_to_garp_ms=', log), log[-2000:]
     window.check()
     bed.revive_node(old)
     window.excluded[old] = [(t_kill, time.monotonic())]
@@ -108,6 +116,11 @@ def test_leader_sigterm_hands_over_make_before_break(bed: KubeBed, window: Windo
     assert bed.procs[old].vipd.wait(15) == 0, bed.vipd_report()
     print(f"\nSIGTERM: {new} holds the VIP {took:.2f} s after the signal")
     assert took <= TIMING.retry_period + MARGIN, took
+    # It released the Lease, and let the VIP go only once the successor's record was read or
+    # its gratuitous ARP heard (whichever came first): make-before-break.
+    text = bed.procs[old].vipd.log_text()
+    assert "released the Lease" in text, text[-2000:]
+    assert re.search(r"(new holder seen|announcement heard): releasing the VIP", text), text[-2000:]
     window.check(gap_limit=TIMING.retry_period + MARGIN)
 
 

@@ -73,8 +73,16 @@ def test_2a_leader_apiserver_sigstopped_past_the_renew_deadline(
     window.mark(f"SIGSTOP kube-apiserver on {old}")
     bed.procs[old].apiserver.signal(signal.SIGSTOP)
     time.sleep(HOLD)
+    # Its requests got no answer at all: it stepped down at the renew deadline, without
+    # exiting, and a peer leads.
+    assert bed.procs[old].vipd.running(), bed.vipd_report()
+    assert "renew deadline" in bed.procs[old].vipd.log_text(), bed.vipd_report()
+    new = bed.wait_one_holder(5)
+    assert new != old, bed.vipd_report()
     bed.procs[old].apiserver.signal(signal.SIGCONT)
     _recover(bed, window, "SIGCONT")
+    # Back, it rejoins as a follower: the leader stays.
+    assert bed.beliefs is not None and bed.beliefs.leaders_at(time.monotonic() - 0.5) == [new]
     window.check()
 
 
@@ -133,8 +141,13 @@ def test_6_leader_node_partitioned_then_healed(bed: KubeBed, window: Window) -> 
     window.mark(f"partition {old} from the bridge")
     bed.partition(old)
     time.sleep(HOLD + 2)
+    # Its calls time out (no 5xx): the unreachable-store rule does not keep the VIP there.
+    assert "keeping the VIP" not in bed.procs[old].vipd.log_text(), bed.vipd_report()
+    new = bed.wait_one_holder(5)
+    assert new != old, bed.vipd_report()
     bed.heal_partition(old)
     _recover(bed, window, "healed")
+    assert bed.beliefs is not None and bed.beliefs.leaders_at(time.monotonic() - 0.5) == [new]
     window.check()
 
 

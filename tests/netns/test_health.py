@@ -280,7 +280,7 @@ def test_a_lone_node_without_an_api_server_still_takes_the_vip(
     # What it exports on :2112 says so too.
     text = fetch(g.lab, "metrics")
     assert 'vipd_health_backend_healthy{local="true",target="127.0.0.1"} 1.0' in text, text
-    assert "vipd_vrrp_priority 200.0" in text
+    assert f'vipd_vrrp_priority{{vip="{VIP4}"}} 200.0' in text
     for result, least in (("ok", 1), ("fail", 2)):
         m = re.search(
             rf'vipd_health_checks_total{{result="{result}",target="127.0.0.1"}} (\S+)', text

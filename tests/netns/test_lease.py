@@ -1,14 +1,13 @@
-"""The Lease backend end to end: 3 real vipd processes in network namespaces, the real
-``kubernetes`` client, and the Lease API emulator (``vipd.lab.fakes.lease_emulator``) in the client
-namespace, with the 5/3/1 profile.
+"""The Lease backend end to end on the Lease API emulator: 3 real vipd processes in network
+namespaces, the real ``kubernetes`` client, and the emulator (``vipd.lab.fakes.lease_emulator``)
+in the client namespace, with the 5/3/1 profile.
 
-What it tests: node death (a peer takes over within duration + retry period), SIGTERM (within
-about one retry period, the stopping node keeping the VIP until the successor holds the
-Lease), 409 and 5xx storms, a stall of the leader's requests longer than the renew deadline
-(it steps down, without exiting), a network partition of the leader (the same, by its TCP
-path), and the unreachable-store rule without any evidence (no ``health`` section: 5xx
-everywhere, the leader steps down at the renew deadline as client-go's). The rule's evidence
-(the peers' ``/readyz``) needs stand-in API servers: tests/netns/test_lease_health.py.
+Only the faults a real kube-apiserver cannot produce on demand stay here: a rate of 409s from
+someone else editing the Lease every 150 ms together with a 30 % rate of 503s (then of 500s on
+writes only), and 503 on every call with the unreachable-store rule switched off (the leader
+steps down at the renew deadline, as client-go's). Node death, SIGTERM, a stalled API server,
+a partition and the rule's other faults run on the real control plane (tests/kube), and the
+rule's evidence from the peers' ``/readyz`` in tests/netns/test_lease_health.py.
 
 Every test records a timeline — who has the VIP bound (sampled every ~20 ms) and who believes
 it leads (its own "became leader" / "became follower" log lines, millisecond timestamps) —
@@ -218,78 +217,7 @@ def lease_cluster(
             c.emu.stop()
 
 
-def renewals_ok(emu: Emulator, client: str) -> list[float]:
-    """Monotonic times at which ``client``'s writes were answered 200/201."""
-    return [e.time for e in emu.requests(client) if e.verb == "PUT" and e.status == 200]
-
-
 # -- the tests -------------------------------------------------------------------------------
-
-
-def test_node_death_peer_takes_over_within_duration_plus_retry(
-    lease_cluster: Callable[..., LeaseCluster],
-) -> None:
-    c = lease_cluster()
-    old = c.leader()
-    time.sleep(2.5)  # a few renewals
-    offset = wall() - time.monotonic()
-    c.killed[old] = wall()
-    faults.kill(c.lab, c.rig(old))
-    last = max(renewals_ok(c.emu, old)) + offset
-    got = wait_for(
-        lambda: c.became_leader_after(c.killed[old], exclude=old) is not None, D + P + 10
-    )
-    assert got is not None, c.logs()
-    took = c.became_leader_after(c.killed[old], exclude=old)
-    assert took is not None
-    new, t_new = took
-    # Not before the Lease expired (the peer saw the last renewal at or after it was
-    # answered), and within duration + retry of it (plus scheduling).
-    assert t_new >= last + D - 0.05, (t_new - last, c.logs())
-    assert t_new - last <= D + P + MARGIN, (t_new - last, c.logs())
-    assert wait_for(lambda: [h for h in c.holders() if h != old] == [new], 5) is not None
-    # GARP at once: the VIP is bound and the first frame sent in the call that decides.
-    assert re.search(
-        r'msg="VIP bound and announced".*decision_to_garp_ms=', c.daemons[new].log_text()
-    )
-    rec = c.emu.store.get(NS, NAME)
-    assert rec is not None and rec["spec"]["holderIdentity"] == new
-    assert rec["spec"]["leaseTransitions"] >= 1
-    c.stop_recording()
-    c.check_invariant()
-
-
-def test_sigterm_hands_over_within_one_retry_period(
-    lease_cluster: Callable[..., LeaseCluster],
-) -> None:
-    c = lease_cluster()
-    old = c.leader()
-    time.sleep(1.5)
-    t_term = wall()
-    c.daemons[old].stop(signal.SIGTERM, timeout=None)
-    assert wait_for(lambda: c.became_leader_after(t_term, exclude=old) is not None, P + 10)
-    took = c.became_leader_after(t_term, exclude=old)
-    assert took is not None
-    new, t_new = took
-    assert t_new - t_term <= P + MARGIN, (t_new - t_term, c.logs())
-    assert c.daemons[old].wait(10) == 0, c.logs()  # released, exited 0
-    text = c.daemons[old].log_text()
-    assert "became follower" in text and "released the Lease" in text
-    # Make-before-break: the VIP goes once the successor's record is read, or at once when
-    # its gratuitous ARP is heard first (whichever comes first on this run).
-    assert re.search(r"(new holder seen|announcement heard): releasing the VIP", text), text
-    assert wait_for(lambda: c.holders() == [new], 5) is not None, c.holders()
-    c.stop_recording()
-    c.check_invariant()
-    # Make-before-break: the VIP was (next to) never absent between the two holders. One
-    # empty 20 ms sample is tolerated: a loaded machine can delay the successor's bind past
-    # the stopping node's grace.
-    during = [h for t, h in c.samples if t_term <= t <= t_new + 0.5]
-    run = longest = 0
-    for h in during:
-        run = 0 if h else run + 1
-        longest = max(longest, run)
-    assert during and longest <= 1, during
 
 
 def test_409_and_5xx_storms_keep_one_leader(lease_cluster: Callable[..., LeaseCluster]) -> None:
@@ -320,63 +248,6 @@ def test_409_and_5xx_storms_keep_one_leader(lease_cluster: Callable[..., LeaseCl
     statuses = [e.status for e in c.emu.requests()]
     assert statuses.count(409) >= 5 and statuses.count(503) >= 5 and meddled[0] > 50
     c.leader(timeout=2 * (D + P) + MARGIN)
-    c.stop_recording()
-    c.check_invariant()
-
-
-def test_stall_longer_than_renew_deadline_steps_the_leader_down_without_exiting(
-    lease_cluster: Callable[..., LeaseCluster],
-) -> None:
-    c = lease_cluster()
-    old = c.leader()
-    time.sleep(1.5)
-    offset = wall() - time.monotonic()
-    c.emu.partition(old, mode="stall")  # its requests get no answer at all
-    t0 = wall()
-    last_sent_bound = max(renewals_ok(c.emu, old)) + offset
-    assert wait_for(lambda: old not in c.leaders_now(), R + P + MARGIN + 1) is not None, c.logs()
-    down = wall()
-    # Renewals are sent every P; the last good one was answered at last_sent_bound, so the
-    # deadline is at most R after that.
-    assert down - last_sent_bound <= R + MARGIN, (down - last_sent_bound, c.logs())
-    assert "renew deadline" in c.daemons[old].log_text()
-    assert c.daemons[old].running()  # stepped down, did not exit
-    assert wait_for(lambda: old not in c.holders(), 2) is not None
-    took = None
-    assert wait_for(lambda: c.became_leader_after(t0, exclude=old) is not None, D + P + 5)
-    took = c.became_leader_after(t0, exclude=old)
-    assert took is not None and took[1] - down >= D - R - P - 0.1  # the safety margin
-    c.emu.heal(old)
-    time.sleep(2 * P + 0.5)
-    assert c.leaders_now() == [took[0]]  # the old leader rejoins as a follower
-    c.stop_recording()
-    c.check_invariant()
-
-
-def test_partitioned_leader_steps_down_and_a_peer_takes_over(
-    lease_cluster: Callable[..., LeaseCluster],
-) -> None:
-    """A network partition (TCP to the API server dropped in the leader's namespace): the
-    failures are timeouts, not 5xx, so the unreachable-store rule does not keep the VIP."""
-    c = lease_cluster()
-    old = c.leader()
-    ns = c.lab.node(old).ns
-    rules = (
-        "add table inet part\n"
-        "add chain inet part out { type filter hook output priority 0; }\n"
-        f"add rule inet part out ip daddr {CLIENT4} tcp dport {PORT} drop\n"
-    )
-    c.lab.exec(ns, ["nft", "-f", "-"], input_text=rules)
-    t0 = wall()
-    assert wait_for(lambda: old not in c.leaders_now(), R + P + MARGIN + 1) is not None, c.logs()
-    assert "keeping the VIP" not in c.daemons[old].log_text()
-    assert wait_for(lambda: c.became_leader_after(t0, exclude=old) is not None, D + P + 5)
-    new = c.became_leader_after(t0, exclude=old)
-    assert new is not None
-    assert wait_for(lambda: c.holders() == [new[0]], 5) is not None, c.holders()
-    c.lab.exec(ns, ["nft", "delete", "table", "inet", "part"])
-    time.sleep(2 * P + 0.5)
-    assert c.leaders_now() == [new[0]]
     c.stop_recording()
     c.check_invariant()
 

@@ -416,11 +416,13 @@ def test_readyz_follows_the_interface(cluster: Cluster) -> None:
     text = node_get(lab, "n3", "/metrics")[1]
     assert sample(text, "vipd_ready") == 0
     assert sample(text, "vipd_interface_up", 'interface="eth0"') == 0
-    assert sample(text, "vipd_role", 'backend="vrrp",role="init"') == 1
+    assert sample(text, "vipd_role", f'backend="vrrp",role="init",vip="{cluster.spec.vip}"') == 1
     lab.set_link(node, True)
     assert wait_for(lambda: cluster.ready("n3"), 10), cluster.logs()
     text = node_get(lab, "n3", "/metrics")[1]
-    assert sample(text, "vipd_role", 'backend="vrrp",role="follower"') == 1
+    assert (
+        sample(text, "vipd_role", f'backend="vrrp",role="follower",vip="{cluster.spec.vip}"') == 1
+    )
 
 
 def test_readyz_when_adverts_cannot_be_sent(cluster: Cluster) -> None:
@@ -429,6 +431,7 @@ def test_readyz_when_adverts_cannot_be_sent(cluster: Cluster) -> None:
     reports both the failing socket and a node claiming the VIP it holds."""
     lab = cluster.lab
     ns = lab.node("n1").ns
+    vip = f'vip="{cluster.spec.vip}"'
     table = "vipd_test_out"
     lab.exec(
         ns,
@@ -444,7 +447,9 @@ def test_readyz_when_adverts_cannot_be_sent(cluster: Cluster) -> None:
         assert node_get(lab, "n1", "/healthz") == (200, "ok\n")
         # n2 no longer hears n1, takes over; n1 hears n2 while holding the VIP.
         assert wait_for(
-            lambda: sample(node_get(lab, "n1", "/metrics")[1], "vipd_vip_duplicate_claim") == 1,
+            lambda: (
+                sample(node_get(lab, "n1", "/metrics")[1], "vipd_vip_duplicate_claim", vip) == 1
+            ),
             cluster.mdi(150) + 10,
         ), cluster.logs()
         text = node_get(lab, "n1", "/metrics")[1]
@@ -460,7 +465,7 @@ def test_readyz_when_adverts_cannot_be_sent(cluster: Cluster) -> None:
     assert wait_for(lambda: cluster.ready("n1"), 10), cluster.logs()
     cluster.converge("n1", timeout=10)
     assert wait_for(
-        lambda: sample(node_get(lab, "n1", "/metrics")[1], "vipd_vip_duplicate_claim") == 0,
+        lambda: sample(node_get(lab, "n1", "/metrics")[1], "vipd_vip_duplicate_claim", vip) == 0,
         10,
     )
 
@@ -670,8 +675,10 @@ def test_json_logs_say_why_with_the_numbers_and_match_the_metrics(
         before = node_get(lab, "n2", "/metrics")[1]
         faults.kill(lab, faults.NodeRig(lab.node("n1"), daemons["n1"]))
         assert wait_for(lambda: lab.holders(VIP4) == ["n2"], spec.master_down_interval(150) + 10)
-        assert wait_for(lambda: sample(node_get(lab, "n2", "/metrics")[1], "vipd_role",
-                                       'backend="vrrp",role="leader"') == 1, 5)  # fmt: skip
+        leading = f'backend="vrrp",role="leader",vip="{VIP4}"'
+        assert wait_for(
+            lambda: sample(node_get(lab, "n2", "/metrics")[1], "vipd_role", leading) == 1, 5
+        )
         after = node_get(lab, "n2", "/metrics")[1]
         log = daemons["n2"].log_text()
         events = []

@@ -179,8 +179,9 @@ def test_a_lone_leader_stops_within_its_handover_bound(cluster: Callable[..., Cl
 def test_vip_deleted_by_hand_on_the_leader_comes_back(cluster: Callable[..., Cluster]) -> None:
     c = cluster()
     c.converge("n1")
+    # The leader follows its address notifications: the VIP is back before anyone could
+    # look, so only the repair's log line tells that it was gone.
     c.lab.ip(c.lab.node("n1").ns, "addr", "del", f"{VIP4}/32", "dev", "eth0")
-    assert c.holders() == []
     took = wait_for(lambda: c.holders() == ["n1"], 3.0)
     assert took is not None, c.logs()
     assert "VIP missing while leader: re-adding" in c.daemons["n1"].log_text()

@@ -18,12 +18,14 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv6Address
+from dataclasses import dataclass, field, replace
+from ipaddress import IPv4Address, IPv6Address, ip_interface
 from typing import Any
 
+from vipd.host.linkwatch import IFF_LOWER_UP, IFF_RUNNING, IFF_UP, Interface
 from vipd.kube import Credentials
 from vipd.lease import logic
+from vipd.preflight import HostAddress
 from vipd.vrrp import packet
 from vipd.vrrp.transport import Datagram
 
@@ -213,45 +215,100 @@ class FakeAnnouncer:
         self.closed = True
 
 
-class FakeLink(_Wakeable):
-    """The link watch: `flip` changes the state and wakes the loop like a netlink event."""
+UP = IFF_UP | IFF_RUNNING | IFF_LOWER_UP
 
-    def __init__(self, on_change: Callable[[bool], None], up: bool = True) -> None:
+
+class FakeLink(_Wakeable):
+    """The link watch: `flip`, `delete`, `recreate`, `readdress` and `address_event`
+    queue what netlink would report and wake the loop like a notification; the next read
+    folds them and calls back once, as the real watch does."""
+
+    def __init__(
+        self,
+        iface: Interface,
+        on_change: Callable[[Interface], None],
+        on_address: Callable[[int, IPAddress | None], None],
+    ) -> None:
         super().__init__()
+        self.iface = iface
         self.on_change = on_change
-        self.state = up
-        self._next: bool | None = None
+        self.on_address = on_address
+        self._next: Interface | None = None
+        self._addresses: list[tuple[int, IPAddress | None]] = []
+
+    @property
+    def state(self) -> bool:
+        return self.iface.up
+
+    def _set(self, iface: Interface) -> None:
+        self._next = iface
+        self._poke()
+
+    def _now(self) -> Interface:
+        return self._next if self._next is not None else self.iface
 
     def flip(self, up: bool) -> None:
-        self._next = up
+        self._set(replace(self._now(), flags=UP if up else 0))
+
+    def delete(self) -> None:
+        self._set(Interface(self.iface.name))
+
+    def recreate(self, index: int, mac: str, *addresses: str, up: bool = True) -> None:
+        """The same name again, with a new index and MAC and these addresses."""
+        found = tuple(HostAddress(ip_interface(a)) for a in addresses)
+        self._set(Interface(self.iface.name, index, UP if up else 0, mac, found))
+
+    def readdress(self, *addresses: str) -> None:
+        found = tuple(HostAddress(ip_interface(a)) for a in addresses)
+        self._set(replace(self._now(), addresses=found))
+
+    def address_event(self, index: int, ip: IPAddress | None) -> None:
+        self._addresses.append((index, ip))
         self._poke()
 
     def on_readable(self) -> None:
         self._drain()
-        if self._next is not None and self._next != self.state:
-            self.state, self._next = self._next, None
-            self.on_change(self.state)
+        for index, ip in self._addresses:
+            self.on_address(index, ip)
+        self._addresses.clear()
+        if self._next is not None and self._next != self.iface:
+            self.iface, self._next = self._next, None
+            self.on_change(self.iface)
 
 
 @dataclass
 class Host:
-    """One node's fakes, and the seams the agent takes."""
+    """One node's fakes, and the seams the agent takes. The interface starts as the tests'
+    preflight snapshots describe it: index 2, ``02:00:00:00:00:11``, 10.0.0.11/24.
+    ``actuated`` lists the VIP links actuators were made on (a relink makes new ones)."""
 
     vip: IPAddress
     events: Events = field(default_factory=Events)
     address: FakeAddress | None = None
     announcer: FakeAnnouncer | None = None
     link: FakeLink | None = None
+    index: int = 2
+    mac: str = "02:00:00:00:00:11"
+    addresses: tuple[str, ...] = ("10.0.0.11/24",)
+    actuated: list[Any] = field(default_factory=list)
 
     def actuators(
         self, link: Any, vip: IPAddress, on_sent: Callable[[int], None]
     ) -> tuple[FakeAddress, FakeAnnouncer]:
         self.address = FakeAddress(self.events, vip)
         self.announcer = FakeAnnouncer(self.events)
+        self.actuated.append(link)
         return self.address, self.announcer
 
-    def watch_link(self, ifindex: int, on_change: Callable[[bool], None]) -> FakeLink:
-        self.link = FakeLink(on_change)
+    def watch_link(
+        self,
+        name: str,
+        on_change: Callable[[Interface], None],
+        on_address: Callable[[int, IPAddress | None], None],
+    ) -> FakeLink:
+        found = tuple(HostAddress(ip_interface(a)) for a in self.addresses)
+        iface = Interface(name, self.index, UP, self.mac, found)
+        self.link = FakeLink(iface, on_change, on_address)
         return self.link
 
 

@@ -7,7 +7,7 @@ import logging
 from ipaddress import IPv4Address
 from typing import Any
 
-from vipd.controller import Controller, GarpPolicy
+from vipd.controller import Controller, GarpPolicy, VipActuators
 from vipd.host.address import Op, plan
 
 
@@ -53,8 +53,7 @@ class FakeAnnouncer:
 def make(present: bool = False, **garp: Any) -> tuple[Controller, FakeAddress, FakeAnnouncer]:
     addr, ann = FakeAddress(present), FakeAnnouncer()
     ctl = Controller(
-        address=addr,
-        announcer=ann,
+        vips=[VipActuators(addr, ann)],
         garp=GarpPolicy(**garp),
         log=logging.getLogger("test"),
         resync_interval=0.05,
@@ -155,3 +154,36 @@ def test_garp_policy_from_config_keeps_every_field() -> None:
 
     g = Garp(repeat=3, interval=0.02, refresh=7.0, delay=1.5)
     assert GarpPolicy.from_config(g) == GarpPolicy(repeat=3, interval=0.02, delay=1.5, refresh=7.0)
+
+
+def test_a_kick_resyncs_at_once_and_an_unlinked_controller_waits_for_its_new_link() -> None:
+    async def scenario() -> None:
+        addr, ann = FakeAddress(), FakeAnnouncer()
+        ctl = Controller(
+            vips=[VipActuators(addr, ann)],
+            garp=GarpPolicy(delay=0),
+            log=logging.getLogger("test"),
+            resync_interval=60.0,  # only the kick can make it look in time
+        )
+        task = asyncio.create_task(ctl.run())
+        await asyncio.sleep(0.01)
+        ctl.set_leader(True, asyncio.get_running_loop().time())
+        addr.present = False  # `ip addr del`, and its RTM_DELADDR
+        ctl.kick()
+        await asyncio.sleep(0.01)
+        assert addr.present and ctl.stats.resync_repairs == 1 and ann.bursts == 2
+        # The link is deleted (the VIP with it): nothing to do on an index that is gone.
+        ctl.unlink()
+        addr.present = False
+        calls = len(addr.calls)
+        ctl.kick()
+        await asyncio.sleep(0.01)
+        assert addr.calls[calls:] == [] and not ctl.bound
+        # The new link's actuators: the leader binds and announces there at once.
+        new_addr, new_ann = FakeAddress(), FakeAnnouncer()
+        ctl.relink([VipActuators(new_addr, new_ann)])
+        assert new_addr.present and ctl.bound and new_ann.bursts == 1
+        assert not addr.present
+        task.cancel()
+
+    asyncio.run(scenario())

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -42,10 +44,13 @@ def get(ep: httpd.Endpoint, path: str) -> tuple[int, str, str]:
 
 
 def test_metrics_are_served_in_the_text_format(endpoint: httpd.Endpoint) -> None:
-    metrics.init_vrrp(node="n1", vip="10.0.0.100", interface="eth0", priority=100)
+    metrics.init_vrrp(node="n1", vips=["10.0.0.100"], interface="eth0", priority=100)
     code, ctype, body = get(endpoint, "/metrics")
     assert code == 200 and ctype.startswith("text/plain; version=0.0.4")
-    assert "# HELP vipd_role " in body and 'vipd_role{backend="vrrp",role="init"} 1.0' in body
+    assert (
+        "# HELP vipd_role " in body
+        and 'vipd_role{backend="vrrp",role="init",vip="10.0.0.100"} 1.0' in body
+    )
     assert "vipd_event_loop_heartbeat_age_seconds " in body
     assert "process_resident_memory_bytes" in body
 
@@ -186,3 +191,22 @@ def test_close_releases_the_port() -> None:
     ep.close()
     again = httpd.Endpoint.bind(f"127.0.0.1:{port}")
     again.close()
+
+
+def test_a_client_that_hangs_up_mid_answer_is_not_a_traceback(
+    endpoint: httpd.Endpoint, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A body far larger than the socket buffers, so the server is still writing when the
+    # client's reset arrives.
+    endpoint.publish({"backends": ["x" * 64] * 100_000}, True, "")
+    for _ in range(3):
+        client = socket.create_connection(("127.0.0.1", endpoint.port), timeout=5)
+        client.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.recv(1)  # the answer has started
+        # Close with a reset rather than a FIN: the server's next write fails at once.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+    time.sleep(0.5)  # let the handler threads hit the reset
+    assert get(endpoint, "/healthz")[0] in (200, 503)  # still serving
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Broken pipe" not in err and "reset" not in err, err

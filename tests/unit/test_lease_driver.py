@@ -98,7 +98,9 @@ def test_release_and_reacquire() -> None:
         assert transitions("leader", "created") == created + 1
         assert a.agent.status(0.0)["role"] == "leader"
         b.start()
-        await asyncio.sleep(0.3)  # b reads a valid Lease held by a: it follows
+        # b reads a valid Lease held by a (however long a loaded machine takes): it follows.
+        await until(lambda: b.agent.status(0.0)["lease"]["holder"] == "a")
+        await asyncio.sleep(0.1)
         assert not b.bound and b.agent.status(0.0)["lease"]["holder"] == "a"
 
         # a stops: it releases the Lease but keeps the VIP until b holds it.
@@ -115,7 +117,8 @@ def test_release_and_reacquire() -> None:
         # a comes back; b stops; a takes the released Lease again.
         a2 = Node("a", store)
         a2.start()
-        await asyncio.sleep(0.2)
+        await until(lambda: a2.agent.status(0.0)["lease"]["holder"] == "b")
+        await asyncio.sleep(0.1)
         assert not a2.bound
         b.stop.set()
         await until(lambda: a2.bound)

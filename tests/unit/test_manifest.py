@@ -380,3 +380,83 @@ def test_ipvs_discovery_gets_a_token_and_may_list_and_watch_endpointslices(
     assert env(c)["KUBERNETES_SERVICE_HOST"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
     embedded = yaml.safe_load(env(c)["VIPD_CONFIG"])
     assert "kubeconfig" not in embedded["ipvs"]["discovery"]  # the token, not a host file
+
+
+@pytest.mark.parametrize("super_admin", [False, True])
+def test_vrrp_static_pod_with_ipvs_discovery_mounts_the_kubeconfig(
+    tmp_path: Path, super_admin: bool
+) -> None:
+    src = tmp_path / "vipd.yaml"
+    src.write_text(
+        "vip: 10.0.0.100\ninterface: eth0\nelection: {vrrp: {vrid: 7}}\nhealth: {}\n"
+        "ipvs: {enabled: true, backends: [10.0.0.11, 10.0.0.12], discovery: {enabled: true}}\n"
+    )
+    out = vipd("manifest", "pod", *(["--super-admin"] if super_admin else []), "--config", str(src))
+    assert out.returncode == 0, out.stderr
+    (pod,) = docs(out.stdout)
+    host = "/etc/kubernetes/super-admin.conf" if super_admin else "/etc/kubernetes/admin.conf"
+    vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert vols["kubeconfig"]["hostPath"] == {"path": host, "type": "File"}
+    c = main_container(pod)
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["kubeconfig"]["mountPath"] == "/etc/kubernetes/admin.conf"
+    embedded = yaml.safe_load(env(c)["VIPD_CONFIG"])
+    assert embedded["ipvs"]["discovery"]["kubeconfig"] == "/etc/kubernetes/admin.conf"
+    assert "lease" not in embedded["election"]
+    assert f"kubeconfig from the host: {host}" in out.stdout
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+# -- names: two vipd DaemonSets side by side --------------------------------------------------
+
+
+def _all_objects(name: str | None, cfg: str = "vipd-lease.yaml") -> list[dict[str, Any]]:
+    args = ["--name", name] if name is not None else []
+    out: list[dict[str, Any]] = []
+    for kind in ("pod", "daemonset", "rbac"):
+        res = vipd("manifest", kind, *args, "--config", cfg)
+        assert res.returncode == 0, res.stderr
+        out += docs(res.stdout)
+    return out
+
+
+def test_default_name_is_vipd_everywhere() -> None:
+    objs = _all_objects(None)
+    assert {o["metadata"]["name"] for o in objs} == {"vipd"}
+    ds = next(o for o in objs if o["kind"] == "DaemonSet")
+    adopt = next(c for c in pod_spec(ds)["initContainers"] if c["name"] == "adopt")
+    assert adopt["args"][adopt["args"].index("--manifest") + 1] == manifest.DEFAULT_STATIC_MANIFEST
+
+
+def test_two_names_give_disjoint_objects_and_selectors() -> None:
+    """A second vipd (another cluster's endpoint, say) next to the first in one namespace:
+    no object name, no selector and no static manifest file in common."""
+    a, b = _all_objects("vipd"), _all_objects("vipd-edge")
+
+    def keys(objs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs}
+
+    assert keys(a).isdisjoint(keys(b)) and len(keys(b)) == len(b)
+    ds_a = next(o for o in a if o["kind"] == "DaemonSet")
+    ds_b = next(o for o in b if o["kind"] == "DaemonSet")
+    sel_a, sel_b = ds_a["spec"]["selector"]["matchLabels"], ds_b["spec"]["selector"]["matchLabels"]
+    # Neither selector matches the other's pods.
+    pods_b = ds_b["spec"]["template"]["metadata"]["labels"]
+    pods_a = ds_a["spec"]["template"]["metadata"]["labels"]
+    assert not all(pods_b.get(k) == v for k, v in sel_a.items())
+    assert not all(pods_a.get(k) == v for k, v in sel_b.items())
+    assert pod_spec(ds_b)["serviceAccountName"] == "vipd-edge"
+    binding = next(o for o in b if o["kind"] == "RoleBinding")
+    assert binding["roleRef"]["name"] == "vipd-edge"
+    assert binding["subjects"][0]["name"] == "vipd-edge"
+    adopt = next(c for c in pod_spec(ds_b)["initContainers"] if c["name"] == "adopt")
+    assert "/etc/kubernetes/manifests/vipd-edge.yaml" in adopt["args"]
+    for obj in b:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("name", ["Vipd", "vipd_edge", "-vipd", "v" * 64, ""])
+def test_a_name_that_is_not_a_dns_label_is_exit_2(name: str) -> None:
+    out = vipd("manifest", "daemonset", f"--name={name}", "--config", "vipd.yaml")
+    assert out.returncode == 2 and out.stdout == "", out
+    assert "--name must be a DNS-1123 label" in out.stderr

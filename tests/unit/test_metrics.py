@@ -93,35 +93,52 @@ def test_docs_list_every_label_name() -> None:
 
 def test_set_role_leaves_exactly_one_role() -> None:
     for role in metrics.ROLES:
-        metrics.set_role("vrrp", role)
+        metrics.set_role("vrrp", role, "10.0.0.100")
         values = {
-            r: metrics.REGISTRY.get_sample_value("vipd_role", {"backend": "vrrp", "role": r})
+            r: metrics.REGISTRY.get_sample_value(
+                "vipd_role", {"backend": "vrrp", "role": r, "vip": "10.0.0.100"}
+            )
             for r in metrics.ROLES
         }
         assert values == {r: (1.0 if r == role else 0.0) for r in metrics.ROLES}
 
 
-def test_set_master_keeps_one_series() -> None:
-    metrics.set_master("10.0.0.1", 200)
-    metrics.set_master("10.0.0.2", 150)
+def test_roles_of_two_vips_are_apart() -> None:
+    """Two virtual routers (an IPv4 and an IPv6 VIP): leading one, following the other."""
+    metrics.set_role("vrrp", "leader", "10.0.0.100")
+    metrics.set_role("vrrp", "follower", "fd00::100")
+    get = metrics.REGISTRY.get_sample_value
+    assert get("vipd_role", {"backend": "vrrp", "role": "leader", "vip": "10.0.0.100"}) == 1
+    assert get("vipd_role", {"backend": "vrrp", "role": "leader", "vip": "fd00::100"}) == 0
+    assert get("vipd_role", {"backend": "vrrp", "role": "follower", "vip": "fd00::100"}) == 1
+
+
+def test_set_master_keeps_one_series_per_vip() -> None:
+    metrics.set_master("10.0.0.1", 200, "10.0.0.100")
+    metrics.set_master("10.0.0.2", 150, "10.0.0.100")
+    metrics.set_master("fe80::2", 120, "fd00::100")
     text = generate_latest(metrics.REGISTRY).decode()
-    assert re.findall(r'^vipd_vrrp_master_info\{address="([^"]+)"\} 1\.0$', text, re.M) == [
-        "10.0.0.2"
-    ]
-    assert metrics.REGISTRY.get_sample_value("vipd_vrrp_master_priority") == 150
-    metrics.set_master(None, None)
+    found = re.findall(
+        r'^vipd_vrrp_master_info\{address="([^"]+)",vip="([^"]+)"\} 1\.0$', text, re.M
+    )
+    assert sorted(found) == [("10.0.0.2", "10.0.0.100"), ("fe80::2", "fd00::100")]
+    get = metrics.REGISTRY.get_sample_value
+    assert get("vipd_vrrp_master_priority", {"vip": "10.0.0.100"}) == 150
+    assert get("vipd_vrrp_master_priority", {"vip": "fd00::100"}) == 120
+    metrics.set_master(None, None, "10.0.0.100")
+    metrics.set_master(None, None, "fd00::100")
     assert "vipd_vrrp_master_info{" not in generate_latest(metrics.REGISTRY).decode()
     # Unknown is an absent series (no sample), not a -1 a query would have to leave out.
-    assert metrics.REGISTRY.get_sample_value("vipd_vrrp_master_priority") is None
+    assert get("vipd_vrrp_master_priority", {"vip": "10.0.0.100"}) is None
     exposition = generate_latest(metrics.REGISTRY).decode()
-    assert not re.search(r"^vipd_vrrp_master_priority ", exposition, re.M)
+    assert not re.search(r"^vipd_vrrp_master_priority", exposition, re.M)
 
 
 def test_one_meaning_per_label_name_and_no_minus_one_for_unknown() -> None:
     """``backend`` is the election backend wherever it appears (the API servers vipd checks
     are ``target``); no vipd gauge says "unknown" with -1."""
-    metrics.init_vrrp(node="cp-1", vip="10.0.0.100", interface="eth0", priority=150)
-    metrics.init_lease(node="cp-1", vip="10.0.0.100", interface="eth0")
+    metrics.init_vrrp(node="cp-1", vips=["10.0.0.100"], interface="eth0", priority=150)
+    metrics.init_lease(node="cp-1", vips=["10.0.0.100"], interface="eth0")
     metrics.HEALTH_BACKEND_HEALTHY.labels(target="10.0.0.12", local="false").set(0)
     metrics.HEALTH_CHECKS.labels(target="10.0.0.12", result="ok").inc()
     for fam in metrics.REGISTRY.collect():
@@ -135,7 +152,7 @@ def test_one_meaning_per_label_name_and_no_minus_one_for_unknown() -> None:
 
 
 def test_duplicate_claims_are_split_by_source() -> None:
-    metrics.init_vrrp(node="cp-1", vip="10.0.0.100", interface="eth0", priority=150)
+    metrics.init_vrrp(node="cp-1", vips=["10.0.0.100"], interface="eth0", priority=150)
     for source in ("vrrp", "arp"):
         value = metrics.REGISTRY.get_sample_value(
             "vipd_vip_duplicate_claims_total", {"source": source}
@@ -144,14 +161,14 @@ def test_duplicate_claims_are_split_by_source() -> None:
 
 
 def test_init_creates_the_known_series_at_zero() -> None:
-    metrics.init_vrrp(node="cp-1", vip="10.0.0.100", interface="eth0", priority=150)
+    metrics.init_vrrp(node="cp-1", vips=["10.0.0.100"], interface="eth0", priority=150)
     get = metrics.REGISTRY.get_sample_value
     for reason in metrics.INVALID_REASONS:
         assert get("vipd_vrrp_adverts_invalid_total", {"reason": reason}) is not None
     assert get("vipd_reconcile_errors_total", {"actuator": "address"}) is not None
     assert get("vipd_vip_bound", {"vip": "10.0.0.100"}) == 0
-    assert get("vipd_role", {"backend": "vrrp", "role": "init"}) == 1
-    assert get("vipd_vrrp_priority") == 150
+    assert get("vipd_role", {"backend": "vrrp", "role": "init", "vip": "10.0.0.100"}) == 1
+    assert get("vipd_vrrp_priority", {"vip": "10.0.0.100"}) == 150
     labels = {"node": "cp-1", "vip": "10.0.0.100", "interface": "eth0", "backend": "vrrp"}
     assert get("vipd_node_info", labels) == 1
 
@@ -166,7 +183,7 @@ def test_invalid_reasons_are_the_decoders() -> None:
 
 def test_promtool_check_metrics_is_clean() -> None:
     tool = promtool()
-    metrics.init_vrrp(node="cp-1", vip="10.0.0.100", interface="eth0", priority=150)
+    metrics.init_vrrp(node="cp-1", vips=["10.0.0.100"], interface="eth0", priority=150)
     metrics.TAKEOVER_DURATION.labels(stage="bound").observe(0.0003)
     metrics.TRANSITIONS.labels(backend="vrrp", role="leader", reason="master-down").inc()
     out = subprocess.run(

@@ -187,3 +187,20 @@ def test_tracks_are_shown_with_their_state() -> None:
     got = lines(doc)
     assert got["tracks"] == "haproxy DOWN (exit 1), weight 50 | bias up, weight 0, value -30"
     assert "tracks" not in lines(LEADER)
+
+
+def test_several_vips_are_listed_each_with_its_role() -> None:
+    doc = {
+        **LEADER,
+        "vips": [
+            {"vip": "10.0.0.100", "bound": True, "role": "leader", "vrid": 51},
+            {"vip": "fd00::100", "bound": False, "role": "follower", "vrid": 51},
+        ],
+    }
+    got = lines(doc)
+    assert got["VIP"] == "10.0.0.100, fd00::100 on eth0"
+    assert got["VIPs"] == (
+        "10.0.0.100: leader, bound here (VRID 51) | fd00::100: follower, not bound here (VRID 51)"
+    )
+    one = {**LEADER, "vips": [{"vip": "10.0.0.100", "bound": True, "role": "leader"}]}
+    assert lines(one)["VIP"] == "10.0.0.100 on eth0, bound here" and "VIPs" not in lines(one)

@@ -29,8 +29,20 @@ What the objects guarantee (asserted in tests/unit/test_manifest.py):
   admin.conf only works once init has finished), the DaemonSet a ServiceAccount that may get
   and update only its own Lease (``resourceNames``) and create Leases (``create`` cannot be
   narrowed by name in RBAC); it talks to its own node's API server (KUBERNETES_SERVICE_HOST
-  is the host IP), so it does not need the VIP or a service proxy to start. VRRP mode needs
-  no API access: no RBAC, no token, no kubeconfig.
+  is the host IP), so it does not need the VIP or a service proxy to start.
+- IPVS discovery (either mode) lists the default/kubernetes EndpointSlices: the static pod
+  mounts the same kubeconfig, the DaemonSet's ServiceAccount may list and watch
+  EndpointSlices in default. VRRP mode without discovery needs no API access: no RBAC, no
+  token, no kubeconfig.
+
+Names: every object is named after ``Options.name`` (``--name``, default ``vipd``): the static
+pod (and so its mirror pods, ``<name>-<node>``), its file (``/etc/kubernetes/manifests/
+<name>.yaml`` unless given), the DaemonSet, the ServiceAccount, the Roles and RoleBindings, and
+the ``app.kubernetes.io/instance`` label that the DaemonSet's selector matches. Two vipd
+DaemonSets (two clusters' endpoints served from one set of nodes, say) coexist in one
+namespace under two names; they also need two VRIDs (or Leases) and two ``metrics.listen``
+ports, which are their configs' business. The default stays ``vipd`` so that rendering again
+after an upgrade names the objects that are already there.
 
 What it must not do: read files, the environment or the clock (the caller passes the data;
 ``tests/unit/test_purity.py`` enforces it), or emit anything the static pod and the
@@ -41,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -78,12 +91,29 @@ class ManifestError(ValueError):
 class Options:
     image: str = DEFAULT_IMAGE
     namespace: str = DEFAULT_NAMESPACE  # where the pods and the ServiceAccount live
-    static_manifest: str = DEFAULT_STATIC_MANIFEST  # the static pod's file on each node
+    # The static pod's file on each node; None: /etc/kubernetes/manifests/<name>.yaml.
+    static_manifest: str | None = None
     adopt_timeout: float = DEFAULT_ADOPT_TIMEOUT
     super_admin: bool = False  # static pod on the `kubeadm init` node, Kubernetes >= 1.29
     # DaemonSet only on nodes that also carry this label: the first apply then replaces the
     # static pods one node at a time, as the nodes are labelled (leader last).
     node_label: str | None = None
+    # The name of every object and the app.kubernetes.io/instance label (see the docstring).
+    name: str = NAME
+
+    def __post_init__(self) -> None:
+        # A DNS-1123 label: a pod, a ServiceAccount and a label value all accept it, and the
+        # mirror pod's name (<name>-<node>) still fits in 253 characters.
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", self.name):
+            raise ManifestError(
+                f"--name must be a DNS-1123 label: lower-case letters, digits and '-', at "
+                f"most 63, starting and ending with a letter or digit (got {self.name!r})"
+            )
+
+    @property
+    def manifest_path(self) -> str:
+        """The static pod's file on each node."""
+        return self.static_manifest or f"{MANIFESTS_DIR}/{self.name}.yaml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,9 +211,10 @@ def grace_period(p: Plan) -> int:
 # -- the objects -----------------------------------------------------------------------------
 
 
-def _labels(component: str) -> dict[str, str]:
+def _labels(component: str, opts: Options) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": NAME,
+        "app.kubernetes.io/instance": opts.name,
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/version": __version__,
     }
@@ -257,7 +288,7 @@ def _vipd_container(
         {"name": f"host-file-{i}", "mountPath": path, "readOnly": True}
         for i, path in enumerate(p.host_files)
     ]
-    if p.lease is not None and not in_cluster:
+    if p.uses_api and not in_cluster:
         mounts.append({"name": "kubeconfig", "mountPath": KUBECONFIG_IN_POD, "readOnly": True})
     container["volumeMounts"] = mounts
     return container
@@ -274,11 +305,26 @@ def _host_file_volumes(p: Plan) -> list[dict[str, Any]]:
 
 
 def _pod_config_for_static(p: Plan) -> Plan:
-    """The static pod reads the Lease through the kubeconfig mounted from the host."""
-    if p.lease is None:
-        return p
-    text = _with_kubeconfig(p.config_text, KUBECONFIG_IN_POD)
+    """The static pod reads the Lease, and IPVS discovery the EndpointSlices, through the
+    kubeconfig mounted from the host."""
+    text = p.config_text
+    if p.lease is not None:
+        text = _with_kubeconfig(text, KUBECONFIG_IN_POD)
+    if p.discovery:
+        text = _with_discovery_kubeconfig(text, KUBECONFIG_IN_POD)
     return _replace_text(p, text)
+
+
+def _with_discovery_kubeconfig(text: str, path: str | None) -> str:
+    data = yaml.safe_load(text)
+    ipvs = dict(data["ipvs"])
+    disc = dict(ipvs.get("discovery") or {})
+    if path is None:
+        disc.pop("kubeconfig", None)
+    else:
+        disc["kubeconfig"] = path
+    data["ipvs"] = {**ipvs, "discovery": disc}
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 def _pod_config_for_daemonset(p: Plan) -> Plan:
@@ -288,12 +334,7 @@ def _pod_config_for_daemonset(p: Plan) -> Plan:
     if p.lease is not None:
         text = _with_kubeconfig(text, None)
     if p.discovery:
-        data = yaml.safe_load(text)
-        ipvs = dict(data["ipvs"])
-        disc = dict(ipvs.get("discovery") or {})
-        disc.pop("kubeconfig", None)
-        data["ipvs"] = {**ipvs, "discovery": disc}
-        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+        text = _with_discovery_kubeconfig(text, None)
     return _replace_text(p, text)
 
 
@@ -329,7 +370,7 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
     }
     volumes = _host_file_volumes(p)
     spec["volumes"] = volumes
-    if p.lease is not None:
+    if p.uses_api:
         spec["volumes"] = [
             *volumes,
             {
@@ -343,15 +384,21 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": NAME, "namespace": opts.namespace, "labels": _labels("static")},
+        "metadata": {
+            "name": opts.name,
+            "namespace": opts.namespace,
+            "labels": _labels("static", opts),
+        },
         "spec": spec,
     }
 
 
 def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
     dp = _pod_config_for_daemonset(p)
-    labels = _labels("daemonset")
-    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/component")}
+    labels = _labels("daemonset", opts)
+    # The instance label keeps two vipd DaemonSets' selectors apart (see the docstring).
+    keys = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+    selector = {k: labels[k] for k in keys}
     manifests_mount = {"name": "manifests", "mountPath": MANIFESTS_DIR}
     adopt = {
         "name": "adopt",
@@ -360,7 +407,7 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         "args": [
             "adopt",
             "--manifest",
-            opts.static_manifest,
+            opts.manifest_path,
             "--listen",
             f"{_host_for_url(p.listen_host)}:{p.listen_port}",
             "--timeout",
@@ -397,13 +444,13 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         ],
     }
     if p.uses_api:
-        spec["serviceAccountName"] = NAME
+        spec["serviceAccountName"] = opts.name
     else:
         spec["automountServiceAccountToken"] = False
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": NAME, "namespace": opts.namespace, "labels": labels},
+        "metadata": {"name": opts.name, "namespace": opts.namespace, "labels": labels},
         "spec": {
             "selector": {"matchLabels": selector},
             "updateStrategy": {
@@ -431,12 +478,12 @@ def rbac(p: Plan, opts: Options) -> list[dict[str, Any]]:
     when neither uses the API."""
     if not p.uses_api:
         return []
-    labels = _labels("daemonset")
+    labels = _labels("daemonset", opts)
     out: list[dict[str, Any]] = [
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": {"name": NAME, "namespace": opts.namespace, "labels": labels},
+            "metadata": {"name": opts.name, "namespace": opts.namespace, "labels": labels},
         }
     ]
     # One Role per namespace (the Lease's, and default for the EndpointSlices; the same one
@@ -466,15 +513,17 @@ def _role_and_binding(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": {"name": NAME, "namespace": ns, "labels": labels},
+            "metadata": {"name": opts.name, "namespace": ns, "labels": labels},
             "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": NAME, "namespace": ns, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": opts.namespace}],
+            "metadata": {"name": opts.name, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": opts.name},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": opts.name, "namespace": opts.namespace}
+            ],
         },
     ]
 
@@ -497,10 +546,10 @@ def _lease_rules(lease: Lease) -> list[dict[str, Any]]:
 
 
 def objects(kind: Kind, p: Plan, opts: Options) -> list[dict[str, Any]]:
-    if opts.super_admin and (kind != "pod" or p.lease is None):
+    if opts.super_admin and (kind != "pod" or not p.uses_api):
         raise ManifestError(
-            "--super-admin: only for the static pod in Lease mode (it chooses the kubeconfig "
-            "the pod mounts; VRRP mode reads none)"
+            "--super-admin: only for the static pod in Lease mode or with IPVS discovery (it "
+            "chooses the kubeconfig the pod mounts; VRRP mode without discovery reads none)"
         )
     if kind == "pod":
         return [pod(p, opts)]
@@ -534,15 +583,15 @@ def header(kind: Kind, p: Plan, opts: Options, source: str) -> str:
         "# and the RBAC stay in step.",
     ]
     if kind == "pod":
-        lines.append(f"# Install as {opts.static_manifest} on every control-plane node.")
-        if p.lease is not None:
+        lines.append(f"# Install as {opts.manifest_path} on every control-plane node.")
+        if p.uses_api:
             conf = SUPER_ADMIN_CONF if opts.super_admin else ADMIN_CONF
             lines.append(f"# kubeconfig from the host: {conf}.")
             if opts.super_admin:
                 lines += [
                     "# For the node that runs `kubeadm init` (Kubernetes >= 1.29). Once init has",
                     "# finished, switch back to admin.conf:",
-                    f"#   sed -i 's#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#' {opts.static_manifest}",
+                    f"#   sed -i 's#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#' {opts.manifest_path}",
                 ]
     if kind == "rbac" and not p.uses_api:
         lines.append(

@@ -29,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +41,7 @@ from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 
+from vipd import log as vlog
 from vipd import metrics
 from vipd.host import sdnotify
 
@@ -174,6 +177,18 @@ class _Server(ThreadingHTTPServer):
     # does not let two live listeners share the port, so the port still works as a lock.
     allow_reuse_address = True
     endpoint: Endpoint
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One log line instead of socketserver's traceback on stderr; a client that hung up
+        before its answer was written (a probe's timeout, a `curl` interrupted) is its own
+        business and not logged at all."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            return
+        vlog.event(
+            vlog.get(), logging.WARNING, "endpoint request failed",
+            client=str(client_address[0]) if client_address else "", error=repr(exc),
+        )  # fmt: skip
 
 
 class _Server6(_Server):

@@ -5,7 +5,8 @@ What it is: ``render(doc)`` (pure: the JSON document in, lines of text out) and 
 event loop and ``vipd.endpoint.server`` serves at ``/status``, with the endpoint's own
 verdicts added::
 
-    node, version, vip, interface, source, backend ("vrrp"|"lease"),
+    node, version, vip (the first VIP), interface, source, backend ("vrrp"|"lease"),
+    vips: [{vip, bound, role, vrid}],                       every VIP, in the config's order
     role ("leader"|"follower"|"init"), role_since_s, last_reason, vip_bound,
     duplicate_claim, interface_up,
     vrrp: {vrid, version, state, priority, advert_interval_s, master_down_interval_s, mode},
@@ -15,7 +16,12 @@ verdicts added::
     tracks: [{name, up, value, weight, error}],            the tracked checks (track)
     counters: {transitions, adverts_sent, adverts_received, advert_send_errors,
                invalid_adverts: {reason: n}, garp_sent, duplicate_claims},
+    instances: [{vips, role, vrrp, master, peers, ...}]    with two VRRP virtual routers
+                                                           (one per family): each one's part
     healthy, health_reason, ready, ready_reason, heartbeat_age_s   (added by the endpoint)
+
+    The election fields at the top (role, vrrp, master, peers, counters) are the first
+    instance's: the only one with a single VIP family.
 
 A key this version does not know is ignored, and a missing one prints as "-", so a newer
 daemon can be read by an older ``vipd status`` and the other way round.
@@ -99,11 +105,22 @@ def render(doc: Mapping[str, Any]) -> str:
     role_text += ")" if since is None else f", for {since:.3f} s)"
     lines.append(("role", role_text))
     bound = g("vip_bound")
-    vip_text = f"{_s(g('vip'))} on {_s(g('interface'))}"
-    vip_text += ", bound here" if bound else ", not bound here"
+    vips = g("vips") or []
+    if len(vips) > 1:
+        vip_text = f"{', '.join(_s(v.get('vip')) for v in vips)} on {_s(g('interface'))}"
+    else:
+        vip_text = f"{_s(g('vip'))} on {_s(g('interface'))}"
+        vip_text += ", bound here" if bound else ", not bound here"
     if g("duplicate_claim"):
         vip_text += "; ANOTHER NODE CLAIMS IT TOO (split brain)"
     lines.append(("VIP", vip_text))
+    if len(vips) > 1:
+        for i, v in enumerate(vips):
+            text = f"{_s(v.get('vip'))}: {_s(v.get('role'))}"
+            text += ", bound here" if v.get("bound") else ", not bound here"
+            if v.get("vrid") is not None:
+                text += f" (VRID {v['vrid']})"
+            lines.append(("VIPs" if i == 0 else "", text))
     lines.append(("node", f"{_s(g('node'))} (source {_s(g('source'))}, vipd {_s(g('version'))})"))
     if vrrp:
         lines.append(

@@ -30,7 +30,7 @@ import select
 import socket
 import time
 from collections.abc import Callable, Iterator
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv6Address
 
 from vipd.config import Config
 from vipd.host.conflict import Conflict, format_mac, parse_claim, probe_frame
@@ -103,15 +103,19 @@ def probe(ifname: str, mac: str, vip: IPv4Address | packet.IPAddress) -> list[st
     return found
 
 
-def vrrp_routers(cfg: Config, pre: Preflight, timeout: float) -> list[str]:
-    """Sources of valid-looking adverts of our VRID carrying the VIP, heard in ``timeout``."""
+def vrrp_routers(
+    cfg: Config, pre: Preflight, timeout: float, vip: IPv4Address | IPv6Address | None = None
+) -> list[str]:
+    """Sources of valid-looking adverts of our VRID carrying ``vip`` (default: the first
+    VIP), heard in ``timeout`` on its family's virtual router."""
     v = cfg.election.vrrp
+    vip = cfg.vip if vip is None else vip
     heard: list[str] = []
     transport = Transport(
         ifname=pre.link.name,
         ifindex=pre.link.index,
-        source=pre.source,
-        unicast_peers=pre.unicast_peers,
+        source=pre.source_for(vip.version),
+        unicast_peers=pre.peers_for(vip.version),
     )
     try:
         end = time.monotonic() + timeout
@@ -124,7 +128,7 @@ def vrrp_routers(cfg: Config, pre: Preflight, timeout: float) -> list[str]:
                     advert, _ = packet.decode(item.message, item.src, item.dst)
                 except packet.DecodeError:
                     continue
-                if advert.vrid == v.vrid and cfg.vip in advert.addresses and advert.priority:
+                if advert.vrid == v.vrid and vip in advert.addresses and advert.priority:
                     heard.append(str(item.src))
     finally:
         transport.close()
@@ -132,12 +136,20 @@ def vrrp_routers(cfg: Config, pre: Preflight, timeout: float) -> list[str]:
 
 
 def check(cfg: Config, pre: Preflight) -> Conflict:
-    """Probe for the VIP; if someone answers, see whether a VRRP router of ours explains it."""
-    macs = tuple(probe(pre.link.name, pre.link.mac, cfg.vip))
-    heard: tuple[str, ...] = ()
-    if macs and cfg.election.mode == "vrrp":
-        heard = tuple(vrrp_routers(cfg, pre, 4 * cfg.election.vrrp.advert_interval))
-    return Conflict(cfg.vip, pre.link.name, macs, heard)
+    """Probe for each VIP; if someone answers, see whether a VRRP router of ours explains it.
+    The first foreign conflict is returned, else the first VIP that was answered (held by
+    one of our routers), else the first VIP's empty result."""
+    results: list[Conflict] = []
+    for vip in cfg.vips:
+        macs = tuple(probe(pre.link.name, pre.link.mac, vip))
+        heard: tuple[str, ...] = ()
+        if macs and cfg.election.mode == "vrrp":
+            heard = tuple(vrrp_routers(cfg, pre, 4 * cfg.election.vrrp.advert_interval, vip))
+        found = Conflict(vip, pre.link.name, macs, heard)
+        if found.foreign:
+            return found
+        results.append(found)
+    return next((r for r in results if r.macs), results[0])
 
 
 class ClaimWatch:

@@ -119,12 +119,13 @@ class VrrpSpec:
     health: HealthSpec | None = None  # vipd only: health checks and gating
     lease: LeaseSpec | None = None
     vmac: bool = False  # vipd only: election.vrrp.vmac (the VIP on the macvlan vrrp.<vrid>)
+    # More VIPs after ``vip`` (vipd's ``vips``; keepalived: one vrrp_instance per family).
+    extra_vips: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        family = ipaddress.ip_address(self.vip).version
         if self.version not in (2, 3):
             raise ValueError(f"version must be 2 or 3 (got {self.version})")
-        if self.version == 2 and family == 6:
+        if self.version == 2 and 6 in self.families:
             raise ValueError("VRRPv2 is IPv4 only (RFC 3768); use version 3 for IPv6")
         if self.version == 2 and (
             self.advert_interval < 1 or self.advert_interval != int(self.advert_interval)
@@ -142,6 +143,19 @@ class VrrpSpec:
     @property
     def family(self) -> Literal[4, 6]:
         return 4 if ipaddress.ip_address(self.vip).version == 4 else 6
+
+    @property
+    def vips(self) -> tuple[str, ...]:
+        return (self.vip, *self.extra_vips)
+
+    @property
+    def families(self) -> tuple[Literal[4, 6], ...]:
+        """The IP versions among the VIPs, IPv4 first (one virtual router each)."""
+        found = {ipaddress.ip_address(v).version for v in self.vips}
+        return tuple(f for f in (4, 6) if f in found)
+
+    def family_vips(self, family: int) -> tuple[str, ...]:
+        return tuple(v for v in self.vips if ipaddress.ip_address(v).version == family)
 
     def master_down_interval(self, priority: int) -> float:
         """RFC 3768 / RFC 9568 Master_Down_Interval for a backup with ``priority``."""
@@ -307,7 +321,7 @@ class VipdDaemon(Daemon):
             }
         out: dict[str, Any] = {
             "node": self.node.name,
-            "vip": s.vip,
+            **({"vips": list(s.vips)} if s.extra_vips else {"vip": s.vip}),
             "interface": s.interface,
             "election": election,
             "garp": {"repeat": s.garp_repeat, "interval": s.garp_interval},
@@ -353,8 +367,17 @@ class KeepalivedDaemon(Daemon):
             # takeover in this lab (tcpdump on br0); without it, all 5 go out back to back.
             "}",
         ]
+        instances: list[str] = []
+        for n, family in enumerate(s.families):
+            instances += self._instance(family, "VI" if n == 0 else f"VI{family}")
+        return "\n".join([*g, *instances]) + "\n"
+
+    def _instance(self, family: Literal[4, 6], prefix: str) -> list[str]:
+        """One ``vrrp_instance`` for the VIPs of ``family`` (keepalived: one per family, on
+        the same virtual_router_id; the VIP list's family makes the instance's)."""
+        s = self.spec
         i = [
-            f"vrrp_instance VI_{s.vrid} {{",
+            f"vrrp_instance {prefix}_{s.vrid} {{",
             "    state BACKUP",
             f"    interface {s.interface}",
             f"    virtual_router_id {s.vrid}",
@@ -365,9 +388,9 @@ class KeepalivedDaemon(Daemon):
         if not s.preempt:
             i.append("    nopreempt")
         if s.unicast:
-            i.append(f"    unicast_src_ip {self.node.addr(s.family)}")
+            i.append(f"    unicast_src_ip {self.node.addr(family)}")
             i.append("    unicast_peer {")
-            i += [f"        {p.addr(s.family)}" for p in self.peers]
+            i += [f"        {p.addr(family)}" for p in self.peers]
             i.append("    }")
         if s.auth_pass is not None:
             i += [
@@ -381,11 +404,11 @@ class KeepalivedDaemon(Daemon):
         # A /128 VIP gets preferred_lft 0 by default, so it is never a source address.
         i += [
             "    virtual_ipaddress {",
-            f"        {s.vip}/{32 if s.family == 4 else 128}",
+            *(f"        {v}/{32 if family == 4 else 128}" for v in s.family_vips(family)),
             "    }",
             "}",
         ]
-        return "\n".join([*g, *i]) + "\n"
+        return i
 
     def _pid_args(self, run_dir: Path) -> list[str]:
         return [

@@ -411,5 +411,20 @@ class Lab:
     def set_link(self, node: Node, up: bool) -> None:
         self._ip(node.ns, "link", "set", "eth0", "up" if up else "down")
 
+    def replug(self, node: Node, ipv4: str | None = None) -> None:
+        """Delete the node's veth pair and make a new one of the same names: eth0 comes
+        back with a new index and MAC (a NIC re-plugged, a bond rebuilt), attached to the
+        bridge, with the node's addresses (or ``ipv4`` instead of its IPv4 one)."""
+        self._ip(self.lan_ns, "link", "del", node.port)  # takes eth0, its peer, with it
+        self._attach(node.ns, node.port, f"{ipv4 or node.ipv4}/24", f"{node.ipv6}/64", [])
+
+    def readdress(self, node: Node, old: str, new: str) -> None:
+        """Move the node's IPv4 address on eth0 from ``old`` to ``new`` (same /24) without
+        an instant with none: ``new`` is added as a secondary, then ``old`` deleted, and the
+        kernel promotes ``new`` to primary (``promote_secondaries``)."""
+        self.exec(node.ns, ["sysctl", "-q", "-w", "net.ipv4.conf.eth0.promote_secondaries=1"])
+        self._ip(node.ns, "addr", "add", f"{new}/24", "dev", "eth0")
+        self._ip(node.ns, "addr", "del", f"{old}/24", "dev", "eth0")
+
     def iter_logs(self) -> Iterator[Path]:
         yield from sorted(self.workdir.glob("*.log"))

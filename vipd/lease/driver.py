@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -107,7 +108,8 @@ def microtime(now: datetime | None = None) -> datetime:
 def self_addresses(cfg: Config, pre: Preflight) -> frozenset[str]:
     """Every name this node's own API server may be listed under: never a peer."""
     addrs = {str(a.ip) for a in pre.link.addresses}
-    addrs |= {str(pre.source), "127.0.0.1", "::1", str(cfg.vip)}
+    addrs |= {str(pre.source), *map(str, pre.sources), "127.0.0.1", "::1"}
+    addrs |= {str(v) for v in cfg.vips}
     if cfg.health is not None:
         addrs.add(str(cfg.health.local))
     return frozenset(addrs)
@@ -293,7 +295,7 @@ class LeaseElection:
         )
         self._peer_checks: dict[IPAddress, tuple[float, PeerState]] = {}
         self._peers_told: dict[str, PeerState] | None = None
-        self.claimwatch: ClaimWatch | None = None
+        self.claimwatches: list[ClaimWatch] = []  # one per IPv4 VIP
         self._successor_heard: asyncio.Event | None = None
         self.foreign_claims = 0
         self.errors: dict[str, int] = {}
@@ -314,9 +316,15 @@ class LeaseElection:
         self._last_reason = ""
         self.transitions = 0
         self._track = NO_ADJUSTMENT
+        self._link_up = True  # the interface is usable (on_link)
         self._log_error = vlog.Sparse(self.log, "lease request failed", every=100)
 
     # -- health (pushed by the agent) ----------------------------------------------------
+
+    @property
+    def vips(self) -> tuple[IPAddress, ...]:
+        """Every VIP: one Lease moves the whole set."""
+        return self.cfg.vips
 
     @property
     def health_peers(self) -> list[IPAddress]:
@@ -331,7 +339,7 @@ class LeaseElection:
     def healthy(self) -> bool:
         """The local API server's health and the tracked checks: a down track (or a file
         value below 0) counts as unhealthy, which gives way only to a healthy peer."""
-        if not self._track.ok:
+        if not self._track.ok or not self._link_up:
             return False
         if self.health is not None:
             return self.health.local_healthy()
@@ -404,27 +412,31 @@ class LeaseElection:
     # -- the wire (IPv4): another MAC announcing the VIP ----------------------------------
 
     def _start_claimwatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self._want_claimwatch or not isinstance(self.cfg.vip, IPv4Address):
+        """One ARP watch per IPv4 VIP: another MAC announcing any of them is the set's
+        successor or a claimant (the Lease moves them together)."""
+        if not self._want_claimwatch:
             return
-        try:
-            self.claimwatch = ClaimWatch(
-                self.pre.link.name, self.pre.link.mac, self.cfg.vip, self._on_claim
-            )
-        except OSError as exc:
-            vlog.event(
-                self.log,
-                logging.WARNING,
-                "lease: cannot watch ARP for the VIP: another node's announcement will not "
-                "make this one yield at once",
-                error=str(exc),
-            )
-            return
-        loop.add_reader(self.claimwatch.fileno(), self._on_claim_readable)
+        for vip in self.cfg.vips:
+            if not isinstance(vip, IPv4Address):
+                continue
+            try:
+                watch = ClaimWatch(self.pre.link.name, self.pre.link.mac, vip, self._on_claim)
+            except OSError as exc:
+                vlog.event(
+                    self.log,
+                    logging.WARNING,
+                    "lease: cannot watch ARP for the VIP: another node's announcement will "
+                    "not make this one yield at once",
+                    vip=vip,
+                    error=str(exc),
+                )
+                continue
+            self.claimwatches.append(watch)
+            loop.add_reader(watch.fileno(), self._on_claim_readable, watch)
 
-    def _on_claim_readable(self) -> None:
-        assert self.claimwatch is not None
+    def _on_claim_readable(self, watch: ClaimWatch) -> None:
         try:
-            self.claimwatch.on_readable()
+            watch.on_readable()
         except Exception:
             # A bad frame must not end the daemon: the watch is a hint, the Lease decides.
             self.log.exception("lease: ARP watch failed on a frame")
@@ -451,13 +463,51 @@ class LeaseElection:
             self._wake.set()
 
     def on_link(self, up: bool) -> None:
-        """The Lease election does not follow the link: a node whose interface is down
-        cannot renew through it either, and the core steps down at the renew deadline."""
+        """The interface stopped (or started) being usable: deleted, down, or without an
+        address. The node cannot serve the VIP there, so it counts as an unhealthy local
+        node, the core's own rule: a leader gives way to a healthy peer (it releases the
+        Lease, and a peer binds the VIP on a working link), and without one it keeps the
+        Lease and its VIP comes back with the interface (the agent binds it on the new
+        link). A follower takes no free Lease while a healthy peer can."""
+        if up == self._link_up:
+            return
+        self._link_up = up
+        vlog.event(
+            self.log,
+            logging.INFO if up else logging.WARNING,
+            "lease: interface usable again: the local node counts as healthy"
+            if up
+            else "lease: interface unusable: the local node counts as unhealthy "
+            "(gives way to a healthy peer)",
+            interface=self.pre.link.name,
+        )
+        if self._wake is not None:
+            self._wake.set()
+
+    async def relink(self, pre: Preflight) -> VipLink:
+        """The interface re-created or its address changed: this node's addresses (never
+        peers) follow it, and the ARP watch is reopened on the new interface (its MAC)."""
+        self.pre = pre
+        self.self_addresses = self_addresses(self.cfg, pre)
+        self.elector.params = dataclasses.replace(
+            self.elector.params, self_addresses=self.self_addresses
+        )
+        watches, self.claimwatches = self.claimwatches, []
+        for watch in watches:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(watch.fileno())
+            watch.close()
+        if self._started:
+            self._start_claimwatch(asyncio.get_running_loop())
+        link = pre.link
+        return VipLink(link.name, link.index, link.mac)
 
     # -- set-up --------------------------------------------------------------------------
 
     def init_metrics(self) -> None:
-        metrics.init_lease(node=self.cfg.node, vip=str(self.cfg.vip), interface=self.pre.link.name)
+        metrics.init_lease(
+            node=self.cfg.node, vips=[str(v) for v in self.cfg.vips], interface=self.pre.link.name
+        )
         metrics.LEASE_RENEW_AGE.set_function(self._renew_age)
 
     async def prepare(self) -> VipLink:
@@ -469,6 +519,7 @@ class LeaseElection:
     def attach(self, host: Host) -> None:
         self.controller = host.controller
         self.health = host.health
+        self._link_up = host.link_up
         h = self.cfg.health
         if self.health is None or h is None:
             vlog.event(
@@ -504,7 +555,7 @@ class LeaseElection:
             logging.INFO,
             "lease election started",
             node=self.cfg.node,
-            vip=self.cfg.vip,
+            vip=",".join(map(str, self.cfg.vips)),
             interface=self.pre.link.name,
             lease=f"{self.lease.namespace}/{self.lease.name}",
             api_server=self.lease.api_server or "(kubeconfig)",
@@ -514,7 +565,8 @@ class LeaseElection:
             retry_period_s=self.lease.retry_period,
         )
         self._started = True
-        metrics.set_role(self.backend, FOLLOWER)
+        for vip in self.cfg.vips:
+            metrics.set_role(self.backend, FOLLOWER, str(vip))
         ready()
         loop = asyncio.get_running_loop()
         self._start_claimwatch(loop)
@@ -712,11 +764,11 @@ class LeaseElection:
         )
 
     async def close(self) -> None:
-        if self.claimwatch is not None:
+        for watch in self.claimwatches:
             with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(self.claimwatch.fileno())
-            self.claimwatch.close()
-            self.claimwatch = None
+                asyncio.get_running_loop().remove_reader(watch.fileno())
+            watch.close()
+        self.claimwatches.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def stopped_fields(self) -> dict[str, object]:

@@ -1,4 +1,6 @@
-"""The VRRP election backend: timers, the takeover path and link events for one VRID.
+"""The VRRP election backend: timers, the takeover path and link events for one VRID and
+one address family (a virtual router, RFC 9568 §7: the agent runs one per family of the VIPs,
+each advertising its family's VIPs from its family's source address).
 
 What it is: the driver between the VRRP state machine (``vrrp.state``) and the wire
 (``vrrp.transport``), behind the election port (``vipd.election``). It feeds the machine with
@@ -36,6 +38,7 @@ from the wire raise into the loop: every decode error is counted by reason and d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -129,10 +132,13 @@ class VrrpStats:
 
 
 class VrrpElection:
-    """One VRID on one interface: transport + state machine, behind the election port.
+    """One VRID of one address family on one interface: transport + state machine, behind
+    the election port.
 
-    ``clock``, ``open_wire``, ``call_later`` and ``claimwatch`` are the seams the unit tests
-    use (a fake clock and timers, an in-memory wire, no raw ARP socket)."""
+    ``vips``: the VIPs of this virtual router, all of one family (default: every VIP of
+    ``cfg``, which must then be of one family). ``clock``, ``open_wire``, ``call_later`` and
+    ``claimwatch`` are the seams the unit tests use (a fake clock and timers, an in-memory
+    wire, no raw ARP socket)."""
 
     backend = "vrrp"
 
@@ -141,6 +147,7 @@ class VrrpElection:
         cfg: Config,
         pre: Preflight,
         *,
+        vips: tuple[IPAddress, ...] | None = None,
         clock: Callable[[], float] = time.monotonic,
         open_wire: OpenWire = open_transport,
         call_later: CallLater | None = None,
@@ -155,7 +162,12 @@ class VrrpElection:
         self._want_claimwatch = claimwatch
         v = cfg.election.vrrp
         self.vrrp = v
-        self.source: IPAddress = pre.source
+        self._vips = tuple(vips if vips is not None else cfg.vips)
+        if len({ip.version for ip in self._vips}) != 1:
+            raise ValueError(f"one virtual router is one address family, not {self._vips}")
+        self.family = self._vips[0].version
+        self.source: IPAddress = pre.source_for(self.family)
+        self.unicast_peers = pre.peers_for(self.family)
         self.ifname = pre.link.name
         self.ifindex = pre.link.index
         self.stats = VrrpStats()
@@ -165,11 +177,11 @@ class VrrpElection:
         self.expect = packet.Expectation(
             version=v.version,
             vrid=v.vrid,
-            addresses=frozenset({cfg.vip}),
+            addresses=frozenset(self._vips),
             auth_type=self.auth_type,
             auth_data=self.auth_data,
             interval_cs=v.advert_interval_cs if v.version == 2 else None,
-            unicast_peers=frozenset(pre.unicast_peers),
+            unicast_peers=frozenset(self.unicast_peers),
         )
         self.machine = state.Machine(
             state.Params(
@@ -191,7 +203,7 @@ class VrrpElection:
         self.sender: Wire | None = None
         self.controller: Controller | None = None
         self.health: HealthChecker | None = None
-        self.claimwatch: ClaimWatch | None = None
+        self.claimwatches: list[ClaimWatch] = []  # IPv4: one per VIP
         self.link_up = False
         self._track = track.NONE  # the tracked checks (vipd.track), pushed by the agent
         self._faulted = False  # a "fault" track is down: out of the election
@@ -223,23 +235,31 @@ class VrrpElection:
     # -- the election port: set-up ---------------------------------------------------------
 
     @property
+    def vips(self) -> tuple[IPAddress, ...]:
+        return self._vips
+
+    @property
     def health_peers(self) -> list[IPAddress]:
         return []  # the local API server only; IPVS adds its backends itself
 
     def init_metrics(self) -> None:
         metrics.init_vrrp(
             node=self.cfg.node,
-            vip=str(self.cfg.vip),
+            vips=[str(v) for v in self._vips],
             interface=self.ifname,
             priority=self.vrrp.priority,
         )
-        metrics.DUPLICATE_CLAIM.set_function(self._duplicate_claim)
-        metrics.VRRP_MASTER_ADVERT_AGE.set_function(self._master_advert_age)
+        for vip in self._vips:
+            metrics.DUPLICATE_CLAIM.labels(vip=str(vip)).set_function(self._duplicate_claim)
+            metrics.VRRP_MASTER_ADVERT_AGE.set_function(self._master_advert_age, vip=str(vip))
 
     async def prepare(self) -> VipLink:
         """The VIP's link: the interface, or with ``vmac`` the macvlan made for it here."""
-        if not self.vrrp.vmac:
+        if not self.vrrp.vmac or self.family != 4:
             return VipLink(self.ifname, self.ifindex, self.pre.link.mac)
+        return await self._make_vmac()
+
+    async def _make_vmac(self) -> VipLink:
         self.vmac = VmacLink(self.ifname, self.ifindex, self.vrrp.vrid)
         # In a thread: pyroute2's IPRoute runs an asyncio loop of its own, which cannot start
         # inside this (running) one. Start-up only.
@@ -289,15 +309,7 @@ class VrrpElection:
         self._fatal = loop.create_future()
         self._publish = publish
         try:
-            self.transport = self._open_wire(
-                self.ifname, self.ifindex, self.source, self.pre.unicast_peers, True
-            )
-            if self.vmac is not None:
-                assert self.vmac.index is not None
-                self.sender = self._open_wire(
-                    self.vmac.name, self.vmac.index, self.source, (), False
-                )
-            loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
+            self._open_sockets(loop)
             self._start_claimwatch(loop)
             if self.link_up and not self._faulted:
                 now = self.clock()
@@ -314,14 +326,14 @@ class VrrpElection:
                 logging.INFO,
                 "vrrp started",
                 node=self.cfg.node,
-                vip=self.cfg.vip,
+                vip=",".join(map(str, self._vips)),
                 interface=self.ifname,
                 source=self.source,
                 vrid=self.vrrp.vrid,
                 version=self.vrrp.version,
                 priority=self.vrrp.priority,
                 advert_interval_s=self.vrrp.advert_interval,
-                mode="unicast" if self.pre.unicast_peers else "multicast",
+                mode="unicast" if self.unicast_peers else "multicast",
             )
             ready()
             # Everything allocated so far lives as long as the process: move it out of the
@@ -404,6 +416,80 @@ class VrrpElection:
 
     def on_check(self, addr: IPAddress, outcome: HealthOutcome) -> None:
         """VRRP goes by health changes only (``on_health``)."""
+
+    async def relink(self, pre: Preflight) -> VipLink:
+        """The interface as it is now: fresh sockets on it (see ``vipd.election``).
+
+        Re-created (another index or MAC): the agent took the node out of the election
+        first (``on_link(False)``); the VRRP socket (bound to the new index, the multicast
+        membership joined there), the claim watch (the new MAC is ours) and, with ``vmac``,
+        the macvlan on the new parent (it went with the old one) are made again. A new
+        source address on the same interface: the node may be leading, so the VRRP socket
+        is reopened with it in this same call, no advert is missed, and the machine takes
+        it as its own address (the tie-break of RFC 9568 §6.4.3 and the own-advert check)."""
+        loop = asyncio.get_running_loop()
+        new_link = (pre.link.index, pre.link.mac) != (self.ifindex, self.pre.link.mac)
+        self.pre = pre
+        self.ifname, self.ifindex = pre.link.name, pre.link.index
+        self.source = pre.source_for(self.family)  # this virtual router's family
+        self.unicast_peers = pre.peers_for(self.family)
+        self.machine.params = dataclasses.replace(self.machine.params, primary_ip=self.source)
+        self._encoded.clear()  # the IPv4 checksum covers the source address
+        started = self._fatal is not None
+        self._close_sockets(loop)
+        if new_link:
+            self._close_claimwatch(loop)
+        link = VipLink(self.ifname, self.ifindex, pre.link.mac)
+        vmac = self.vmac
+        if vmac is not None and (vmac.parent_index != self.ifindex or vmac.index is None):
+            # The macvlan went with its old parent (or an earlier try did not make it); this
+            # also restores the sysctls it had set on the parent.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(vmac.stop)
+            link = await self._make_vmac()
+        elif vmac is not None and vmac.index is not None:
+            link = VipLink(vmac.name, vmac.index, vmac.mac)
+        if started:
+            self._open_sockets(loop)
+            if not self.claimwatches:
+                self._start_claimwatch(loop)
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "vrrp: sockets reopened",
+            interface=self.ifname,
+            index=self.ifindex,
+            source=self.source,
+            vip_link=link.name,
+            family=f"IPv{self.family}",
+            multicast="no (unicast)" if self.unicast_peers else "joined",
+        )
+        return link
+
+    def _open_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The VRRP socket on the interface (and the virtual MAC's send-only one)."""
+        self.transport = self._open_wire(
+            self.ifname, self.ifindex, self.source, self.unicast_peers, True
+        )
+        if self.vmac is not None:
+            assert self.vmac.index is not None
+            self.sender = self._open_wire(self.vmac.name, self.vmac.index, self.source, (), False)
+        loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
+
+    def _close_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
+        transport, sender = self.transport, self.sender
+        self.transport = self.sender = None
+        if transport is not None:
+            loop.remove_reader(transport.fileno())
+            transport.close()
+        if sender is not None:
+            sender.close()
+
+    def _close_claimwatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        watches, self.claimwatches = self.claimwatches, []
+        for claimwatch in watches:
+            loop.remove_reader(claimwatch.fileno())
+            claimwatch.close()
 
     def on_link(self, up: bool) -> None:
         """Interface down is the machine's ``link_down``, up its ``link_up`` (RFC 9568 §6.4)."""
@@ -490,7 +576,7 @@ class VrrpElection:
 
     def _sees_claims(self) -> bool:
         """Whether another node's announcement of the VIP reaches us (IPv4's claim watch)."""
-        return self.claimwatch is not None
+        return bool(self.claimwatches)
 
     async def close(self) -> None:
         """Sockets, watches and the virtual MAC link; each failure is raised after the rest
@@ -504,9 +590,9 @@ class VrrpElection:
             except Exception as exc:
                 errors.append(exc)
 
-        claimwatch, transport = self.claimwatch, self.transport
-        if claimwatch is not None:
-            attempt(lambda: loop.remove_reader(claimwatch.fileno()))
+        transport = self.transport
+        for claimwatch in self.claimwatches:
+            attempt(lambda cw=claimwatch: loop.remove_reader(cw.fileno()))  # type: ignore[misc]
             attempt(claimwatch.close)
         if transport is not None:
             attempt(lambda: loop.remove_reader(transport.fileno()))
@@ -549,7 +635,7 @@ class VrrpElection:
                 vrid=self.vrrp.vrid,
                 priority=priority,
                 interval_cs=self.vrrp.advert_interval_cs,
-                addresses=(self.cfg.vip,),
+                addresses=self._vips,
                 auth_type=self.auth_type,
                 auth_data=self.auth_data,
             )
@@ -608,8 +694,9 @@ class VrrpElection:
         if (m.master_ip, m.master_priority, m.priority) != self._master_seen:
             # Cheap, but not per advert: only when the master or our priority changed.
             self._master_seen = (m.master_ip, m.master_priority, m.priority)
-            metrics.set_master(m.master_ip, m.master_priority)
-            metrics.VRRP_PRIORITY.set(m.priority)
+            for vip in self._vips:
+                metrics.set_master(m.master_ip, m.master_priority, str(vip))
+                metrics.VRRP_PRIORITY.labels(vip=str(vip)).set(m.priority)
 
     def _emit(self, reason: str, at: float) -> None:
         """Publish the machine's new role with the core's reason label, then the VRRP-only
@@ -617,7 +704,8 @@ class VrrpElection:
         role = ROLE_OF_STATE[self.machine.state]
         if self._publish is not None:
             self._publish(Transition(role, state.reason_label(reason), reason, at))
-        metrics.VRRP_PRIORITY.set(self.machine.priority)
+        for vip in self._vips:
+            metrics.VRRP_PRIORITY.labels(vip=str(vip)).set(self.machine.priority)
         if role == LEADER and self._master_advert_at is not None:
             since = self.clock() - self._master_advert_at
             metrics.TAKEOVER_SINCE_ADVERT.observe(max(0.0, since))
@@ -631,6 +719,7 @@ class VrrpElection:
             logging.INFO,
             f"became {word}",
             vrid=self.vrrp.vrid,
+            family=f"IPv{self.family}",
             reason=reason,
             priority=m.priority,
             master=m.master_ip,
@@ -758,7 +847,7 @@ class VrrpElection:
         m = self.machine
         if m.state is state.State.BACKUP and m.master_ip == src:
             self._master_advert_at = now
-        held = self.controller is not None and self.controller.bound
+        held = self.controller is not None and self.controller.any_bound
         if priority > 0 and held and m.state is state.State.ACTIVE:
             self._claimed_at = now
             self._vrrp_claim_at = now
@@ -769,17 +858,22 @@ class VrrpElection:
     # -- foreign claims (RFC 5227 §2.4) ---------------------------------------------------
 
     def _start_claimwatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """IPv4: watch ARP for another MAC claiming the VIP (see vipd.host.arpwatch)."""
-        if not self._want_claimwatch or not isinstance(self.cfg.vip, IPv4Address):
+        """IPv4: watch ARP for another MAC claiming a VIP (see vipd.host.arpwatch), one watch
+        per VIP. A claim on any of them is a claim on the virtual router's set: the defence
+        re-announces every bound VIP of it (the claimant took them all, or will)."""
+        if not self._want_claimwatch or self.family != 4:
             return
-        self.claimwatch = ClaimWatch(
-            self.ifname,
-            self.pre.link.mac,
-            self.cfg.vip,
-            self._on_claim,
-            also_own=self.vmac.mac if self.vmac is not None else None,
-        )
-        loop.add_reader(self.claimwatch.fileno(), self._guarded, self.claimwatch.on_readable)
+        for vip in self._vips:
+            assert isinstance(vip, IPv4Address)
+            watch = ClaimWatch(
+                self.ifname,
+                self.pre.link.mac,
+                vip,
+                self._on_claim,
+                also_own=self.vmac.mac if self.vmac is not None else None,
+            )
+            self.claimwatches.append(watch)
+            loop.add_reader(watch.fileno(), self._guarded, watch.on_readable)
 
     def _on_claim(self, mac: str) -> None:
         """Another MAC announced or answered for the VIP while we lead.
@@ -798,7 +892,7 @@ class VrrpElection:
             return
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # a new leader's announcement after we stepped down: the normal case
-        if self.controller is None or not self.controller.bound:
+        if self.controller is None or not self.controller.any_bound:
             return
         now = self.clock()
         m = self.machine
@@ -845,7 +939,7 @@ class VrrpElection:
         self._defence = None
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # it was a higher-priority node moving the clients before its advert
-        if self.controller is None or not self.controller.bound:
+        if self.controller is None or not self.controller.any_bound:
             return
         now = self.clock()
         self._count_claim(now)
@@ -892,7 +986,7 @@ class VrrpElection:
 
     def _duplicate_claim(self) -> float:
         """vipd_vip_duplicate_claim, read by the HTTP thread when scraped."""
-        claimed, held = self._claimed_at, self.controller is not None and self.controller.bound
+        claimed, held = self._claimed_at, self.controller is not None and self.controller.any_bound
         window = 3 * self.machine.advert_interval
         return 1.0 if held and claimed is not None and self.clock() - claimed <= window else 0.0
 
@@ -945,7 +1039,8 @@ class VrrpElection:
                 "priority": m.priority,
                 "advert_interval_s": self.vrrp.advert_interval,
                 "master_down_interval_s": round(m.mdi, 6),
-                "mode": "unicast" if self.pre.unicast_peers else "multicast",
+                "family": f"IPv{self.family}",
+                "mode": "unicast" if self.unicast_peers else "multicast",
             },
             "master": master,
             "peers": peers,

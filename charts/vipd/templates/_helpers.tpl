@@ -5,11 +5,13 @@ config and compares the objects, so a change on one side without the other fails
 */}}
 
 {{/* The config the pods carry in $VIPD_CONFIG: vipd's keys as given, without `node` (each pod
-takes its node's name) and without election.lease.kubeconfig (the DaemonSet uses its
-ServiceAccount). */}}
+takes its node's name) and without election.lease.kubeconfig or ipvs.discovery.kubeconfig (the
+DaemonSet uses its ServiceAccount). */}}
 {{- define "vipd.config" -}}
 {{- $v := .Values -}}
-{{- $cfg := dict "vip" (required "vip: the VIP, an IP address literal, is required" $v.vip) -}}
+{{- $cfg := dict -}}
+{{- if not (kindIs "invalid" $v.vips) }}{{ $_ := set $cfg "vips" $v.vips }}{{ end -}}
+{{- if or (not (kindIs "invalid" $v.vip)) (kindIs "invalid" $v.vips) }}{{ $_ := set $cfg "vip" (required "vip: the VIP, an IP address literal, is required (or vips)" $v.vip) }}{{ end -}}
 {{- if not (kindIs "invalid" $v.interface) }}{{ $_ := set $cfg "interface" $v.interface }}{{ end -}}
 {{- $election := dict "mode" (default "vrrp" $v.election.mode) -}}
 {{- if not (kindIs "invalid" $v.election.vrrp) }}{{ $_ := set $election "vrrp" $v.election.vrrp }}{{ end -}}
@@ -18,6 +20,11 @@ ServiceAccount). */}}
 {{- range $key := list "garp" "log" "health" "ipvs" "metrics" }}
 {{- if not (kindIs "invalid" (index $v $key)) }}{{ $_ := set $cfg $key (index $v $key) }}{{ end }}
 {{- end -}}
+{{- if and (hasKey $cfg "ipvs") (hasKey $cfg.ipvs "discovery") }}
+{{- $ipvs := deepCopy $cfg.ipvs -}}
+{{- $_ := set $ipvs "discovery" (omit $ipvs.discovery "kubeconfig") -}}
+{{- $_ := set $cfg "ipvs" $ipvs -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
@@ -25,11 +32,43 @@ ServiceAccount). */}}
 {{- if eq (default "vrrp" .Values.election.mode) "lease" }}true{{ end -}}
 {{- end -}}
 
+{{/* IPVS discovery is on: it lists the default/kubernetes EndpointSlices. */}}
+{{- define "vipd.discovery" -}}
+{{- $ipvs := default dict .Values.ipvs -}}
+{{- $disc := default dict $ipvs.discovery -}}
+{{- if and $ipvs.enabled $disc.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* The pods use the Kubernetes API (the Lease, or IPVS discovery): a ServiceAccount. */}}
+{{- define "vipd.usesApi" -}}
+{{- if or (include "vipd.leaseMode" .) (include "vipd.discovery" .) }}true{{ end -}}
+{{- end -}}
+
 {{- define "vipd.image" -}}
 {{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
 {{- end -}}
 
+{{- define "vipd.name" -}}
+{{- $name := default "vipd" .Values.name -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" $name) -}}
+{{- fail (printf "name must be a DNS-1123 label (got %q)" $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{- define "vipd.staticManifest" -}}
+{{- default (printf "/etc/kubernetes/manifests/%s.yaml" (include "vipd.name" .)) .Values.handover.staticManifest -}}
+{{- end -}}
+
 {{- define "vipd.labels" -}}
+app.kubernetes.io/name: vipd
+app.kubernetes.io/instance: {{ include "vipd.name" . }}
+app.kubernetes.io/component: daemonset
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{/* The scrape objects serve every vipd of the namespace, whatever its name: no instance. */}}
+{{- define "vipd.scrapeLabels" -}}
 app.kubernetes.io/name: vipd
 app.kubernetes.io/component: daemonset
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -37,6 +76,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 
 {{- define "vipd.selectorLabels" -}}
 app.kubernetes.io/name: vipd
+app.kubernetes.io/instance: {{ include "vipd.name" . }}
 app.kubernetes.io/component: daemonset
 {{- end -}}
 
