@@ -285,15 +285,24 @@ class Agent:
         return out
 
     def _publish(self, now: float) -> None:
-        """Hand the status and readiness to the HTTP thread; a bug here must not kill the
-        election, so it is logged instead."""
+        """Hand the readiness verdict to the HTTP thread (on every change and heartbeat: a
+        few attribute reads). The status document is built only when /status asks for it
+        (`_status_doc`). A bug here must not kill the election, so it is logged instead."""
         if self.endpoint is None:
             return
         try:
             ready, reason = self.readiness()
-            self.endpoint.publish(self.status(now), ready, reason)
+            self.endpoint.set_ready(ready, reason)
         except Exception:
-            self.log.exception("could not publish the status")
+            self.log.exception("could not publish the readiness")
+
+    def _status_doc(self) -> dict[str, Any]:
+        """/status, built on the loop for a request (``Endpoint.attach``)."""
+        try:
+            return self.status(time.monotonic())
+        except Exception:
+            self.log.exception("could not build the status")
+            raise
 
     # -- signals: reload, status, stop ---------------------------------------------------------
 
@@ -400,6 +409,7 @@ class Agent:
         self.election.init_metrics()
         if self.endpoint is not None:
             self.endpoint.beat(time.monotonic())
+            self.endpoint.attach(loop, self._status_doc)
             heart = loop.create_task(self.endpoint.heartbeat(self._publish), name="heartbeat")
         try:
             link = await self.election.prepare()
