@@ -16,6 +16,7 @@ import pytest
 from tests.unit.test_vrrp_driver import VIP, Node, run
 from vipd import config, metrics, reload
 from vipd.config import ConfigError
+from vipd.vrrp import state
 
 
 def cfg(**over: Any) -> config.Config:
@@ -168,6 +169,9 @@ def test_a_lower_priority_on_a_backup_moves_its_down_timer_only() -> None:
         assert due is not None
         n.agent.loader = lambda: cfg(vrrp={"priority": 50})
         assert n.agent.reload() == "applied"
+        # The armed timer stays; it fires, finds the deadline moved and arms the rest.
+        assert n.timers.fire_next() == due
+        assert n.election.machine.state is state.State.BACKUP
         later = n.timers.next_due()
         assert later is not None and later > due  # Skew_Time grows as the priority falls
         assert n.events == []

@@ -156,7 +156,11 @@ def test_a_weight_lowers_a_leaders_priority_and_a_lone_node_keeps_the_vip() -> N
         await n.start()
         n.election.on_track(track.adjust([(s, False, 0)]))
         assert n.election.machine.priority == 1
-        n.timers.fire_next()  # nobody else: it still takes the VIP
+        # The lower priority moved the down timer later: the armed timer fires first and
+        # arms the rest (one timer, not one per change), then nobody else: it takes the VIP.
+        n.timers.fire_next()
+        assert now(n) is state.State.BACKUP
+        n.timers.fire_next()
         assert now(n) is state.State.ACTIVE and "bind" in n.events
         mark = len(n.events)
         n.election.on_track(track.adjust([(s, True, 0)]))

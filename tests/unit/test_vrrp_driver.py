@@ -12,6 +12,7 @@ logged and counted while the rest is still released).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Address
@@ -484,3 +485,67 @@ def test_a_split_brain_claim_inside_our_lead_window_is_answered_at_once() -> Non
         await n.stopped()
 
     run(scenario, priority=200)
+
+
+def test_a_backup_keeps_one_down_timer_while_it_hears_its_master() -> None:
+    """Each advert moves the Backup's deadline later without a new timer; the armed one
+    fires early, arms the rest, and the takeover still comes MDI after the last advert."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        first = n.timers.next_due()
+        assert first is not None
+        armed = len(n.timers.pending)
+        assert n.wire is not None
+        for k in range(1, 6):
+            n.clock.now += 0.5
+            n.wire.inject(advert(PEER, 200))
+            await until(lambda k=k: n.election.stats.adverts_received == k)  # type: ignore[misc]
+        assert len(n.timers.pending) == armed and n.timers.next_due() == first
+        last_advert = n.clock.now
+        mdi = n.election.machine.mdi
+        assert n.timers.fire_next() == first  # early: nothing happens but a re-arm
+        assert n.election.machine.state is state.State.BACKUP and n.events == []
+        due = n.timers.fire_next()
+        assert abs(due - (last_advert + mdi - TIMER_SLACK)) < 1e-9
+        assert n.agent.status(n.clock.now)["role"] == "leader"
+
+    run(scenario)
+
+
+def test_repeated_adverts_are_decoded_once_and_still_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A master's adverts repeat byte for byte: the Backup decodes and checks each distinct
+    one once, counts every one, and starts afresh when its expectation changes."""
+    from vipd.vrrp import packet
+
+    decoded: list[int] = []
+    real = packet.decode
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        decoded.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(packet, "decode", counting)  # the module the driver calls it from
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        assert n.wire is not None
+        for k in range(1, 5):
+            n.wire.inject(advert(PEER, 200))
+            await until(lambda k=k: n.election.stats.adverts_received == k)  # type: ignore[misc]
+        assert len(decoded) == 1
+        n.wire.inject(advert(PEER, 199))  # other bytes: decoded
+        await until(lambda: n.election.stats.adverts_received == 5)
+        assert len(decoded) == 2
+        n.election.expect = dataclasses.replace(n.election.expect)  # a new expectation
+        n.wire.inject(advert(PEER, 199))
+        await until(lambda: n.election.stats.adverts_received == 6)
+        assert len(decoded) == 3
+        n.wire.inject(advert(PEER, 200, vrid=52))  # dropped every time, never remembered
+        n.wire.inject(advert(PEER, 200, vrid=52))
+        await until(lambda: n.election.stats.invalid["vrid"] == 2)
+        assert len(decoded) == 5 and n.election.stats.adverts_received == 6
+
+    run(scenario)

@@ -81,6 +81,9 @@ CLAIM_SETTLE = 0.02
 CLAIM_DEFER_MAX = 0.25
 # Peers remembered for the status document (multicast: anyone on our VRID could show up).
 MAX_PEERS = 64
+# Adverts that passed decode and the receive checks, remembered by their bytes and IP facts:
+# a master sends the same bytes every interval, so a Backup checks each distinct one once.
+ACCEPTED_MAX = 16
 ROLE_OF_STATE = {
     state.State.ACTIVE: LEADER,
     state.State.BACKUP: FOLLOWER,
@@ -182,7 +185,14 @@ class VrrpElection:
             )
         )
         self._encoded: dict[int, list[tuple[bytes, IPAddress]]] = {}
+        self._accepted: dict[
+            tuple[bytes, IPAddress, IPAddress, int], tuple[packet.Advert, packet.ChecksumForm]
+        ]
+        self._accepted = {}
+        self._accepted_for: packet.Expectation | None = None
         self._timer: Timer | None = None
+        self._timer_due = 0.0  # the clock() time self._timer was armed for
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._fatal: asyncio.Future[None] | None = None
         self._publish: Publish | None = None
         self.transport: Wire | None = None
@@ -286,6 +296,7 @@ class VrrpElection:
         """Open the sockets, join the election (once the link is up) and run until
         cancelled; a bug in a loop callback ends it with that exception."""
         loop = asyncio.get_running_loop()
+        self._loop = loop
         self._fatal = loop.create_future()
         self._publish = publish
         try:
@@ -645,22 +656,31 @@ class VrrpElection:
             self._timer = None
 
     def _rearm(self) -> None:
-        self._cancel_timer()
         deadline = self.machine.deadline
         if deadline is None:
+            self._cancel_timer()
             return
         # The machine's clock is time.monotonic(), not loop.time(): uvloop's clock has
         # millisecond resolution and is cached per loop iteration. A Backup's down timer
         # is the takeover itself, so it is armed a little early and finished precisely
         # in _on_timer; the Active's advert timer needs no such care.
         early = TIMER_SLACK if self.machine.state is state.State.BACKUP else 0.0
-        self._timer = self._later(max(0.0, deadline - self.clock() - early), self._on_timer)
+        due = deadline - early
+        if self._timer is not None and self._timer_due <= due:
+            # The deadline moved later (a Backup's, on each of its master's adverts): the
+            # armed timer fires first, finds it early and arms the rest (_on_timer). One
+            # timer per Master_Down_Interval instead of a cancel and a new one per advert.
+            return
+        self._cancel_timer()
+        self._timer_due = due
+        self._timer = self._later(max(0.0, due - self.clock()), self._on_timer)
 
     def _later(self, delay: float, fn: Callable[[], None]) -> Timer:
         """``fn`` on the loop ``delay`` seconds from now (the fake timers in the unit tests)."""
         if self._call_later is not None:
             return self._call_later(delay, lambda: self._guarded(fn))
-        return asyncio.get_running_loop().call_later(delay, self._guarded, fn)
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.call_later(delay, self._guarded, fn)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
@@ -708,14 +728,10 @@ class VrrpElection:
             self._on_datagram(item, now)
 
     def _on_datagram(self, dgram: Datagram, now: float) -> None:
-        try:
-            advert, form = packet.decode(
-                dgram.message, dgram.src, dgram.dst, verify_checksum=not self.transport_v6
-            )
-            packet.check(advert, src=dgram.src, dst=dgram.dst, ttl=dgram.ttl, expect=self.expect)
-        except packet.DecodeError as err:
-            self._dropped(err, dgram.src)
+        accepted = self._accept(dgram)
+        if accepted is None:
             return
+        advert, form = accepted
         self.stats.adverts_received += 1
         self.stats.checksum_forms[form] += 1
         metrics.VRRP_ADVERTS_RECEIVED.inc()
@@ -730,6 +746,30 @@ class VrrpElection:
             self.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs), now
         )
         self._after_advert(dgram.src, now, advert.priority)
+
+    def _accept(self, dgram: Datagram) -> tuple[packet.Advert, packet.ChecksumForm] | None:
+        """Decode and check ``dgram`` (None: dropped and counted). Both are pure functions of
+        the message, its IP facts and ``self.expect``, and a master's adverts repeat byte
+        for byte, so an accepted one is remembered and its repeats skip the work."""
+        if self._accepted_for is not self.expect:
+            self._accepted.clear()
+            self._accepted_for = self.expect
+        key = (dgram.message, dgram.src, dgram.dst, dgram.ttl)
+        hit = self._accepted.get(key)
+        if hit is not None:
+            return hit
+        try:
+            advert, form = packet.decode(
+                dgram.message, dgram.src, dgram.dst, verify_checksum=not self.transport_v6
+            )
+            packet.check(advert, src=dgram.src, dst=dgram.dst, ttl=dgram.ttl, expect=self.expect)
+        except packet.DecodeError as err:
+            self._dropped(err, dgram.src)
+            return None
+        if len(self._accepted) >= ACCEPTED_MAX:
+            self._accepted.clear()  # peers come and go, priorities change: start afresh
+        self._accepted[key] = (advert, form)
+        return advert, form
 
     def _dropped(self, err: packet.DecodeError, src: IPAddress) -> None:
         """Count a dropped advert; say so at 1, 2, 4, 8, … of each reason.
