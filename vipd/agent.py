@@ -47,6 +47,8 @@ from vipd.hooks import HookRunner
 from vipd.host import sdnotify
 from vipd.host.address import AddressActuator
 from vipd.host.announce import Announcer
+from vipd.host.faultsig import FAULT_SIGNALS as FAULT_SIGNALS  # re-exported: tests, callers
+from vipd.host.faultsig import block_fault_signals as block_fault_signals
 from vipd.host.linkwatch import LinkWatch
 from vipd.host.neighbor import announcement, parse_mac
 from vipd.preflight import Preflight
@@ -61,10 +63,6 @@ EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_SIGNAL_BASE = 128  # stopped by another terminating signal: 128 + its number, as a shell
 
-# Signals the kernel also raises for a fault of the faulting thread itself (signal(7)).
-FAULT_SIGNALS = frozenset(
-    {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGSYS, signal.SIGTRAP}
-)
 
 # A reload's source of the new config: reads and validates it, raises ConfigError.
 Loader = Callable[[], Config]
@@ -579,15 +577,6 @@ def install_signal_handlers(agent: Agent, stop: asyncio.Event) -> None:
     ]
     for sig in terminating:
         loop.add_signal_handler(sig, agent.request_stop, sig, stop)
-
-
-def block_fault_signals() -> None:
-    """Block the fault signals in this thread and so in every thread started after it; call
-    it before any thread starts. A real fault still kills the process (the kernel unblocks
-    a signal it forces on the faulting thread and takes the default action: a handler that
-    returned would re-run the faulting instruction forever), while the same signal sent
-    with kill(2) stays pending for `watch_fault_signals`."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, FAULT_SIGNALS)
 
 
 def watch_fault_signals(agent: Agent, stop: asyncio.Event) -> None:

@@ -32,7 +32,6 @@ loop published: plain floats, bools and an immutable snapshot), or block the loo
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import errno
 import json
@@ -44,12 +43,16 @@ import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import IPv6Address, ip_address
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client.exposition import choose_encoder
-
-from vipd import metrics
 from vipd.host import sdnotify
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio and the metrics (prometheus_client) are imported where they are used: binding the
+# port comes first in a start, and the rest of the imports run while the start-up probe
+# waits (vipd.cli), so the lock is taken early and the start is not longer for it.
 
 EXIT_LISTEN = 3
 # The loop beats this often; /healthz fails when the last beat is older than HEALTHZ_MAX_AGE.
@@ -144,10 +147,14 @@ class Endpoint:
         us (vipd_event_loop_lag_seconds); ``on_beat(now)`` republishes the status. Under a
         unit with ``WatchdogSec=`` each beat also feeds systemd's watchdog: the loop that
         stops beating (and fails /healthz) is the one systemd restarts."""
+        from asyncio import sleep
+
+        from vipd import metrics
+
         watchdog = sdnotify.Watchdog.from_env()
         while True:
             asked = time.monotonic() + HEARTBEAT_INTERVAL
-            await asyncio.sleep(HEARTBEAT_INTERVAL)
+            await sleep(HEARTBEAT_INTERVAL)
             now = time.monotonic()
             metrics.LOOP_LAG.observe(max(0.0, now - asked))
             self.beat(now)
@@ -166,6 +173,8 @@ class Endpoint:
         every change and heartbeat."""
         self.ready = ready
         self.not_ready_reason = "" if ready else reason
+        from vipd import metrics
+
         metrics.READY.set(1 if ready else 0)
 
     def publish(self, status: Mapping[str, Any], ready: bool, reason: str) -> None:
@@ -260,6 +269,10 @@ class _Handler(BaseHTTPRequestHandler):
         endpoint = self.server.endpoint
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
+            from prometheus_client.exposition import choose_encoder
+
+            from vipd import metrics
+
             metrics.LOOP_HEARTBEAT_AGE.set(endpoint.heartbeat_age())
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
             self._send(200, encoder(metrics.REGISTRY), content_type)

@@ -8,7 +8,8 @@ What it is: the driver for ``vipd.host.conflict`` (RFC 5227 / RFC 4862 §5.4):
   holding the VIP (the current leader, vipd or keepalived) answers too, so when someone
   answered, listen for VRRP adverts of our VRID that carry the VIP for up to 4 advert
   intervals (a backup's longest Master_Down_Interval is 3 intervals + Skew_Time < 1
-  interval): heard → the VIP is VRRP-managed, go on; not heard → a foreign host has it,
+  interval; the VRRP socket is opened before the probe, so adverts sent during it count):
+  heard → the VIP is VRRP-managed, go on; not heard → a foreign host has it,
   and vipd refuses to claim it (``vipd check`` exits 2 and says who; ``vipd run`` waits
   and probes again). IPv4 and IPv6 (a DAD Neighbor Solicitation from ``::``). VRRP mode
   only: in Lease mode the current holder is another vipd that sends no adverts.
@@ -75,13 +76,24 @@ def _frames(sock: socket.socket) -> Iterator[bytes]:
         yield data
 
 
-def probe(ifname: str, mac: str, vip: IPv4Address | packet.IPAddress) -> list[str]:
-    """MACs (other than ``mac``) that answered for ``vip`` on ``ifname``."""
+def probe(
+    ifname: str,
+    mac: str,
+    vip: IPv4Address | packet.IPAddress,
+    explained: Callable[[], bool] | None = None,
+    watch: int | None = None,
+) -> list[str]:
+    """MACs (other than ``mac``) that answered for ``vip`` on ``ifname``.
+
+    ``explained`` (with ``watch``, a descriptor to wake on as well): called on every wake-up;
+    once someone answered and it returns True (a VRRP router of ours was heard), the verdict
+    cannot change (`Conflict.foreign`), so the probe ends early."""
     own = parse_mac(mac)
     frame = probe_frame(own, vip)
     ethertype = ETH_P_ARP if isinstance(vip, IPv4Address) else ETH_P_IPV6
     found: list[str] = []
     with contextlib.closing(_open(ifname, ethertype)) as sock:
+        fds: list[int] = [sock.fileno()] if watch is None else [sock.fileno(), watch]
         end = time.monotonic() + PROBES * PROBE_GAP + WAIT
         sent, next_probe = 0, time.monotonic()
         while True:
@@ -93,51 +105,92 @@ def probe(ifname: str, mac: str, vip: IPv4Address | packet.IPAddress) -> list[st
             if now >= end:
                 break
             wake = min(end, next_probe) if sent < PROBES else end
-            select.select([sock], [], [], max(0.0, wake - now))
+            select.select(fds, [], [], max(0.0, wake - now))
             for data in _frames(sock):
                 claimant = parse_claim(data, vip)
                 if claimant is not None and claimant != own:
                     text = format_mac(claimant)
                     if text not in found:
                         found.append(text)
+            if explained is not None and explained() and found:
+                break
     return found
 
 
-def vrrp_routers(cfg: Config, pre: Preflight, timeout: float) -> list[str]:
-    """Sources of valid-looking adverts of our VRID carrying the VIP, heard in ``timeout``."""
-    v = cfg.election.vrrp
-    heard: list[str] = []
-    transport = Transport(
+def _vrrp_listener(pre: Preflight) -> Transport:
+    return Transport(
         ifname=pre.link.name,
         ifindex=pre.link.index,
         source=pre.source,
         unicast_peers=pre.unicast_peers,
     )
+
+
+def _adverts_heard(cfg: Config, transport: Transport, heard: list[str]) -> None:
+    """Add the sources of the queued adverts of our VRID that carry the VIP to ``heard``."""
+    for item in transport.receive():
+        if isinstance(item, packet.DecodeError):
+            continue
+        try:
+            advert, _ = packet.decode(item.message, item.src, item.dst)
+        except packet.DecodeError:
+            continue
+        src = str(item.src)
+        if (
+            advert.vrid == cfg.election.vrrp.vrid
+            and cfg.vip in advert.addresses
+            and advert.priority
+            and src not in heard
+        ):
+            heard.append(src)
+
+
+def vrrp_routers(
+    cfg: Config, pre: Preflight, timeout: float, listener: Transport | None = None
+) -> list[str]:
+    """Sources of valid-looking adverts of our VRID carrying the VIP, heard in ``timeout``.
+
+    ``listener``: a VRRP socket opened earlier (and closed by the caller), whose queue
+    already holds the adverts that arrived meanwhile; read first, waited on only if empty."""
+    heard: list[str] = []
+    transport = listener if listener is not None else _vrrp_listener(pre)
     try:
         end = time.monotonic() + timeout
-        while not heard and (left := end - time.monotonic()) > 0:
+        while True:
+            _adverts_heard(cfg, transport, heard)
+            if heard or (left := end - time.monotonic()) <= 0:
+                break
             select.select([transport.fileno()], [], [], left)
-            for item in transport.receive():
-                if isinstance(item, packet.DecodeError):
-                    continue
-                try:
-                    advert, _ = packet.decode(item.message, item.src, item.dst)
-                except packet.DecodeError:
-                    continue
-                if advert.vrid == v.vrid and cfg.vip in advert.addresses and advert.priority:
-                    heard.append(str(item.src))
     finally:
-        transport.close()
+        if listener is None:
+            transport.close()
     return heard
 
 
 def check(cfg: Config, pre: Preflight) -> Conflict:
-    """Probe for the VIP; if someone answers, see whether a VRRP router of ours explains it."""
-    macs = tuple(probe(pre.link.name, pre.link.mac, cfg.vip))
-    heard: tuple[str, ...] = ()
-    if macs and cfg.election.mode == "vrrp":
-        heard = tuple(vrrp_routers(cfg, pre, 4 * cfg.election.vrrp.advert_interval))
-    return Conflict(cfg.vip, pre.link.name, macs, heard)
+    """Probe for the VIP; if someone answers, see whether a VRRP router of ours explains it.
+
+    In VRRP mode the VRRP socket opens before the probe and is read while it runs: a
+    master's adverts sent meanwhile count, and once the master has answered and been heard
+    the probe ends (nothing later can make the VIP foreign). A restarting backup at a short
+    advert interval so knows in a few milliseconds, not the probe's whole window."""
+    if cfg.election.mode != "vrrp":
+        return Conflict(cfg.vip, pre.link.name, tuple(probe(pre.link.name, pre.link.mac, cfg.vip)))
+    listener = _vrrp_listener(pre)
+    heard: list[str] = []
+    try:
+
+        def explained() -> bool:
+            _adverts_heard(cfg, listener, heard)
+            return bool(heard)
+
+        macs = tuple(probe(pre.link.name, pre.link.mac, cfg.vip, explained, listener.fileno()))
+        if macs and not heard:
+            timeout = 4 * cfg.election.vrrp.advert_interval
+            heard = vrrp_routers(cfg, pre, timeout, listener)
+    finally:
+        listener.close()
+    return Conflict(cfg.vip, pre.link.name, macs, tuple(heard) if macs else ())
 
 
 class ClaimWatch:
