@@ -22,8 +22,10 @@ alike. In each block, once the cluster has converged and settled:
   log every millisecond, so each figure is an upper bound by about that much.
 
 vipd runs from a snapshot of the working tree (an edit during the run cannot reach some
-daemons and not others), byte-compiled first as ``pip install`` does: without ``.pyc`` files
-every start would compile vipd again (slower, and the compiler's peak stays in the RSS).
+daemons and not others), or of ``--vipd-tree DIR``'s ``vipd/`` (an export of an older commit,
+to compare before and after on the same machine), byte-compiled first as ``pip install``
+does: without ``.pyc`` files every start would compile vipd again (slower, and the
+compiler's peak stays in the RSS).
 
 It writes ``footprint.json`` (every sample) and ``footprint.md`` (medians and vipd/keepalived
 ratios) into ``--out``. No thresholds: the numbers go to docs/benchmarks.md.
@@ -356,11 +358,11 @@ def environment(command: str) -> dict[str, Any]:
     }
 
 
-def reexec_from_snapshot(tmp: Path) -> None:
-    """Copy vipd/ under ``tmp``, byte-compile it, and re-run this script on the copy."""
+def reexec_from_snapshot(tmp: Path, tree: Path) -> None:
+    """Copy ``tree``/vipd under ``tmp``, byte-compile it, and re-run this script on the copy."""
     root = tmp / "src"
     shutil.copytree(
-        REPO / "vipd", root / "vipd", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        tree / "vipd", root / "vipd", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
     # As pip does on install: the daemons load .pyc files instead of compiling at each start.
     if not compileall.compile_dir(str(root / "vipd"), quiet=1):
@@ -382,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--restarts", type=int, default=5, help="restarts per block (5)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--name", default="footprint", help="output file stem (footprint)")
+    ap.add_argument(
+        "--vipd-tree", type=Path, default=REPO, help="the tree whose vipd/ runs (this one)"
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("footprint: run as root (network namespaces)", file=sys.stderr)
@@ -391,9 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     snapshot = os.environ.get(SNAPSHOT_ENV)
     if snapshot is None:
-        reexec_from_snapshot(Path(tempfile.mkdtemp(prefix="vipd-footprint-")))
+        reexec_from_snapshot(Path(tempfile.mkdtemp(prefix="vipd-footprint-")), args.vipd_tree)
     command = "bench/footprint.py " + " ".join(sys.argv[1:])
     env = environment(command.strip())
+    env["vipd_tree"] = str(args.vipd_tree.resolve())
     tmp = Path(tempfile.mkdtemp(prefix="vipd-footprint-labs-"))
     runs: list[dict[str, Any]] = []
     for kind, advert, block in schedule(args.adverts, args.blocks):
