@@ -50,16 +50,26 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOT_ENV = "VIPD_FOOTPRINT_SNAPSHOT"
 if os.environ.get(SNAPSHOT_ENV) is None:
     sys.path.insert(0, str(REPO))
 
-from vipd.lab.daemons import KINDS, Daemon, DaemonKind, Fleet, VrrpSpec, descendants, make_fleet  # noqa: E402
+from vipd.lab.daemons import (  # noqa: E402
+    Daemon,
+    Fleet,
+    VipdDaemon,
+    VrrpSpec,
+    descendants,
+    make_fleet,
+)
 from vipd.lab.topology import Lab, LabError, new_prefix, vip_for  # noqa: E402
 
+# "vipd-base": the vipd of --base DIR (another checkout's vipd/), run in the same blocks.
+Kind = str
+KINDS: tuple[Kind, ...] = ("vipd", "keepalived")
 SETTLE = 3.0  # s after convergence before the window opens (start-up work is over)
 CONVERGE_TIMEOUT = 20.0
 BACKUP_TIMEOUT = 10.0
@@ -183,8 +193,25 @@ def restart_to_backup(daemon: Daemon, restarts: int) -> list[float]:
     return out
 
 
+class BaseVipd(VipdDaemon):
+    """vipd from another tree (``--base``): its snapshot first on the daemon's path."""
+
+    root = ""
+
+    def _env(self) -> dict[str, str]:
+        env = super()._env()
+        env["PYTHONPATH"] = self.root + os.pathsep + env.get("PYTHONPATH", "")
+        return env
+
+
+def make_kind_fleet(kind: Kind, lab: Lab, spec: VrrpSpec) -> Fleet:
+    if kind != "vipd-base":
+        return make_fleet("vipd" if kind == "vipd" else "keepalived", lab, spec)
+    return Fleet("vipd", spec, {n.name: BaseVipd(lab, n, spec, lab.nodes) for n in lab.nodes})
+
+
 def run_block(
-    kind: DaemonKind, advert: float, block: int, seconds: float, restarts: int, tmp: Path
+    kind: Kind, advert: float, block: int, seconds: float, restarts: int, tmp: Path
 ) -> dict[str, Any]:
     prefix = new_prefix()
     workdir = tmp / f"{prefix}-{kind}-{advert:g}-{block}"
@@ -194,7 +221,7 @@ def run_block(
     fleet: Fleet | None = None
     try:
         lab.build()
-        fleet = make_fleet(kind, lab, spec)
+        fleet = make_kind_fleet(kind, lab, spec)
         fleet.start_all()
         top = converge(lab, fleet, spec.vip)
         time.sleep(SETTLE)
@@ -214,11 +241,13 @@ def run_block(
     return out
 
 
-def schedule(adverts: list[float], blocks: int) -> Iterator[tuple[DaemonKind, float, int]]:
+def schedule(
+    adverts: list[float], blocks: int, kinds: tuple[Kind, ...] = KINDS
+) -> Iterator[tuple[Kind, float, int]]:
     """vipd, keepalived, keepalived, vipd, … per interval: load drift hits both alike."""
     for advert in adverts:
         for b in range(blocks):
-            order = KINDS if b % 2 == 0 else tuple(reversed(KINDS))
+            order = kinds if b % 2 == 0 else tuple(reversed(kinds))
             for kind in order:
                 yield kind, advert, b
 
@@ -234,11 +263,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a is not None and b else None
 
 
-def summarise(blocks: list[dict[str, Any]], adverts: list[float]) -> list[dict[str, Any]]:
+def summarise(
+    blocks: list[dict[str, Any]], adverts: list[float], kinds: tuple[Kind, ...] = KINDS
+) -> list[dict[str, Any]]:
     rows = []
     for advert in adverts:
         row: dict[str, Any] = {"advert": advert}
-        for kind in KINDS:
+        for kind in kinds:
             ok = [
                 b
                 for b in blocks
@@ -266,6 +297,18 @@ def summarise(blocks: list[dict[str, Any]], adverts: list[float]) -> list[dict[s
             key: _ratio(v[key], k[key])
             for key in ("master_cpu_pct", "backup_cpu_pct", "node_cpu_pct", "rss_mib", "pss_mib")
         }
+        if "vipd-base" in row:
+            b = row["vipd-base"]
+            row["ratio_base"] = {
+                key: _ratio(b[key], k[key])
+                for key in (
+                    "master_cpu_pct",
+                    "backup_cpu_pct",
+                    "node_cpu_pct",
+                    "rss_mib",
+                    "pss_mib",
+                )
+            }
         rows.append(row)
     return rows
 
@@ -294,8 +337,9 @@ def render(doc: dict[str, Any]) -> str:
         "| start → Backup s (max) | processes |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    kinds = tuple(doc.get("kinds", KINDS))
     for row in doc["summary"]:
-        for kind in KINDS:
+        for kind in kinds:
             d = row[kind]
             lines.append(
                 f"| {row['advert']:g} s | {kind} | {_f(d['master_cpu_pct'], 3)} "
@@ -309,11 +353,14 @@ def render(doc: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for row in doc["summary"]:
-        r = row["ratio"]
-        lines.append(
-            f"| {row['advert']:g} s | {_f(r['master_cpu_pct'])} | {_f(r['backup_cpu_pct'])} "
-            f"| {_f(r['rss_mib'])} | {_f(r['pss_mib'])} |"
-        )
+        for label, r in (("vipd", row["ratio"]), ("vipd-base", row.get("ratio_base"))):
+            if r is None:
+                continue
+            lines.append(
+                f"| {row['advert']:g} s{' (base)' if label == 'vipd-base' else ''} "
+                f"| {_f(r['master_cpu_pct'])} | {_f(r['backup_cpu_pct'])} "
+                f"| {_f(r['rss_mib'])} | {_f(r['pss_mib'])} |"
+            )
     errors = [b for b in doc["runs"] if b["error"]]
     if errors:
         lines += ["", f"{len(errors)} block(s) failed: " + "; ".join(b["error"] for b in errors)]
@@ -358,15 +405,22 @@ def environment(command: str) -> dict[str, Any]:
     }
 
 
-def reexec_from_snapshot(tmp: Path, tree: Path) -> None:
-    """Copy ``tree``/vipd under ``tmp``, byte-compile it, and re-run this script on the copy."""
-    root = tmp / "src"
+def snapshot(tree: Path, root: Path) -> None:
+    """Copy ``tree``/vipd to ``root``/vipd and byte-compile it."""
     shutil.copytree(
         tree / "vipd", root / "vipd", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
     # As pip does on install: the daemons load .pyc files instead of compiling at each start.
     if not compileall.compile_dir(str(root / "vipd"), quiet=1):
-        raise SystemExit("footprint: byte-compiling the snapshot failed")
+        raise SystemExit(f"footprint: byte-compiling {root} failed")
+
+
+def reexec_from_snapshot(tmp: Path, tree: Path, base: Path | None) -> NoReturn:
+    """Snapshot ``tree`` (and ``base``) under ``tmp`` and re-run this script on the copy."""
+    root = tmp / "src"
+    snapshot(tree, root)
+    if base is not None:
+        snapshot(base, tmp / "base")
     env = dict(os.environ)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(root) + (os.pathsep + old if old else "")
@@ -387,6 +441,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--vipd-tree", type=Path, default=REPO, help="the tree whose vipd/ runs (this one)"
     )
+    ap.add_argument(
+        "--base",
+        type=Path,
+        help="another tree whose vipd/ runs too, as vipd-base, in the same blocks",
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("footprint: run as root (network namespaces)", file=sys.stderr)
@@ -394,15 +453,22 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("keepalived") is None:
         print("footprint: keepalived is not installed (scripts/setup)", file=sys.stderr)
         return 2
-    snapshot = os.environ.get(SNAPSHOT_ENV)
-    if snapshot is None:
-        reexec_from_snapshot(Path(tempfile.mkdtemp(prefix="vipd-footprint-")), args.vipd_tree)
+    snapshot_dir = os.environ.get(SNAPSHOT_ENV)
+    if snapshot_dir is None:
+        reexec_from_snapshot(
+            Path(tempfile.mkdtemp(prefix="vipd-footprint-")), args.vipd_tree, args.base
+        )
     command = "bench/footprint.py " + " ".join(sys.argv[1:])
     env = environment(command.strip())
     env["vipd_tree"] = str(args.vipd_tree.resolve())
+    kinds: tuple[Kind, ...] = KINDS
+    if args.base is not None:
+        env["vipd_base_tree"] = str(args.base.resolve())
+        BaseVipd.root = str(Path(snapshot_dir).parent / "base")
+        kinds = ("vipd", "vipd-base", "keepalived")
     tmp = Path(tempfile.mkdtemp(prefix="vipd-footprint-labs-"))
     runs: list[dict[str, Any]] = []
-    for kind, advert, block in schedule(args.adverts, args.blocks):
+    for kind, advert, block in schedule(args.adverts, args.blocks, kinds):
         _log(f"{kind}, advert {advert:g} s, block {block + 1}/{args.blocks}")
         runs.append(run_block(kind, advert, block, args.seconds, args.restarts, tmp))
     doc = {
@@ -411,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": args.seconds,
         "restarts": args.restarts,
         "adverts": args.adverts,
-        "summary": summarise(runs, args.adverts),
+        "kinds": list(kinds),
+        "summary": summarise(runs, args.adverts, kinds),
         "runs": runs,
         "loadavg_end": Path("/proc/loadavg").read_text().split()[:3],
     }
@@ -420,8 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     md = render(doc)
     (args.out / f"{args.name}.md").write_text(md)
     print(md)
-    if snapshot is not None:
-        shutil.rmtree(Path(snapshot).parent, ignore_errors=True)
+    if snapshot_dir is not None:
+        shutil.rmtree(Path(snapshot_dir).parent, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
     return 1 if any(r["error"] for r in runs) else 0
 
