@@ -134,7 +134,8 @@ class Endpoint:
             self._thread = None
         self.server.server_close()
         for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
+            if fd >= 0:  # a second close is a no-op
+                os.close(fd)
         self._wake_r = self._wake_w = -1
 
     # -- what the loop calls -----------------------------------------------------------
