@@ -62,6 +62,7 @@ failed configuration are kept under ``<out>/tmp/`` for the post-mortem.
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import datetime as dt
 import hashlib
@@ -803,6 +804,9 @@ def reexec_from_snapshot(tmp: Path, argv: list[str]) -> NoReturn:
     shutil.copytree(
         REPO / "vipd", root / "vipd", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
+    # Byte-compiled as an install is: with PYTHONDONTWRITEBYTECODE=1 and no .pyc files every
+    # daemon start would compile vipd again (~0.1 s and ~2 MiB of RSS that users never see).
+    compileall.compile_dir(str(root / "vipd"), quiet=1)
     env = dict(os.environ)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(root) + (os.pathsep + old if old else "")

@@ -58,6 +58,8 @@ from vipd.hooks import HookRunner
 from vipd.host import sdnotify
 from vipd.host.address import AddressActuator
 from vipd.host.announce import Announcer
+from vipd.host.faultsig import FAULT_SIGNALS as FAULT_SIGNALS  # re-exported: tests, callers
+from vipd.host.faultsig import block_fault_signals as block_fault_signals
 from vipd.host.linkwatch import Interface, LinkWatch
 from vipd.host.neighbor import announcement, parse_mac
 from vipd.preflight import Preflight, advert_source
@@ -72,10 +74,6 @@ EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_SIGNAL_BASE = 128  # stopped by another terminating signal: 128 + its number, as a shell
 
-# Signals the kernel also raises for a fault of the faulting thread itself (signal(7)).
-FAULT_SIGNALS = frozenset(
-    {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGSYS, signal.SIGTRAP}
-)
 
 # A reload's source of the new config: reads and validates it, raises ConfigError.
 Loader = Callable[[], Config]
@@ -545,15 +543,24 @@ class Agent:
         return out
 
     def _publish(self, now: float) -> None:
-        """Hand the status and readiness to the HTTP thread; a bug here must not kill the
-        election, so it is logged instead."""
+        """Hand the readiness verdict to the HTTP thread (on every change and heartbeat: a
+        few attribute reads). The status document is built only when /status asks for it
+        (`_status_doc`). A bug here must not kill the election, so it is logged instead."""
         if self.endpoint is None:
             return
         try:
             ready, reason = self.readiness()
-            self.endpoint.publish(self.status(now), ready, reason)
+            self.endpoint.set_ready(ready, reason)
         except Exception:
-            self.log.exception("could not publish the status")
+            self.log.exception("could not publish the readiness")
+
+    def _status_doc(self) -> dict[str, Any]:
+        """/status, built on the loop for a request (``Endpoint.attach``)."""
+        try:
+            return self.status(time.monotonic())
+        except Exception:
+            self.log.exception("could not build the status")
+            raise
 
     # -- signals: reload, status, stop ---------------------------------------------------------
 
@@ -664,6 +671,7 @@ class Agent:
             e.init_metrics()
         if self.endpoint is not None:
             self.endpoint.beat(time.monotonic())
+            self.endpoint.attach(loop, self._status_doc)
             heart = loop.create_task(self.endpoint.heartbeat(self._publish), name="heartbeat")
         try:
             for inst in self.instances:
@@ -888,15 +896,6 @@ def install_signal_handlers(agent: Agent, stop: asyncio.Event) -> None:
     ]
     for sig in terminating:
         loop.add_signal_handler(sig, agent.request_stop, sig, stop)
-
-
-def block_fault_signals() -> None:
-    """Block the fault signals in this thread and so in every thread started after it; call
-    it before any thread starts. A real fault still kills the process (the kernel unblocks
-    a signal it forces on the faulting thread and takes the default action: a handler that
-    returned would re-run the faulting instruction forever), while the same signal sent
-    with kill(2) stays pending for `watch_fault_signals`."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, FAULT_SIGNALS)
 
 
 def watch_fault_signals(agent: Agent, stop: asyncio.Event) -> None:

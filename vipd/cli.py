@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -121,12 +122,14 @@ def _check_lease(cfg: Config) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vipd import agent
+    from vipd.host.faultsig import block_fault_signals
+
+    # Before any thread exists (the probe, pyroute2, the endpoint): every later thread
+    # inherits the mask.
+    block_fault_signals()
+    cfg, pre = _load(args.config)
     from vipd.endpoint import server
 
-    # Before any thread exists (pyroute2, the endpoint): every later thread inherits the mask.
-    agent.block_fault_signals()
-    cfg, pre = _load(args.config)
     # The endpoint's port is bound before anything else happens: it is the per-node lock that
     # keeps a second vipd out of the election (`vipd adopt` relies on it).
     try:
@@ -137,7 +140,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     logger = vlog.setup(cfg.log.format, cfg.log.level)
     for finding in pre.findings:
         vlog.event(logger, logging.INFO, "preflight", finding=finding)
-    conflict = _wait_out_conflict(cfg, pre, logger)
+    first = _Background(_first_probe, cfg, pre)
+    # The agent's imports (asyncio, the loop, the backend: most of a start's CPU) run while
+    # the probe's thread waits for answers; they touch nothing on the host.
+    from vipd import agent
+
+    conflict = _wait_out_conflict(cfg, pre, logger, first.result)
     if conflict is not None:
         vlog.event(logger, logging.INFO, "preflight", finding=conflict)
     vlog.event(
@@ -150,18 +158,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     return agent.run(cfg, pre, endpoint, _reloader(args.config))
 
 
-def _wait_out_conflict(cfg: Config, pre: Preflight, logger: logging.Logger) -> str | None:
+class _Background:
+    """``fn(*args)`` in a thread of its own from now; `result` joins it (and re-raises)."""
+
+    def __init__(self, fn: Callable[..., object], *args: object) -> None:
+        self._value: object = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = fn(*args)
+            except BaseException as exc:  # handed to the caller, who decides
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="vipd-probe", daemon=True)
+        self._thread.start()
+
+    def result(self) -> object:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _first_probe(cfg: Config, pre: Preflight) -> Conflict | None:
+    """The start-up probe (VRRP mode), see `_wait_out_conflict`."""
+    if cfg.election.mode != "vrrp":
+        return None
+    from vipd.host import arpwatch
+
+    return arpwatch.check(cfg, pre)
+
+
+def _wait_out_conflict(
+    cfg: Config,
+    pre: Preflight,
+    logger: logging.Logger,
+    first: Callable[[], object] | None = None,
+) -> str | None:
     """``vipd run``: while a foreign host answers for the VIP, stay out of the election and
     probe again every ``CONFLICT_RETRY`` s; join once it is gone. Exiting instead would turn
     a transient holder (another node's crash leftover, removed when its vipd restarts) into
-    a node that never joins under systemd, which does not restart after exit 2."""
+    a node that never joins under systemd, which does not restart after exit 2. ``first``:
+    the first probe's result, when it already runs in the background (`_Background`)."""
     from vipd.host import arpwatch
+    from vipd.host.conflict import Conflict
 
     if cfg.election.mode != "vrrp":
         return None
     refused = 0
     while True:
-        found = arpwatch.check(cfg, pre)
+        early = first() if first is not None and refused == 0 else None
+        found = early if isinstance(early, Conflict) else arpwatch.check(cfg, pre)
         if not found.foreign:
             break
         refused += 1

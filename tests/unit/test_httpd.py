@@ -210,3 +210,73 @@ def test_a_client_that_hangs_up_mid_answer_is_not_a_traceback(
     assert get(endpoint, "/healthz")[0] in (200, 503)  # still serving
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Broken pipe" not in err and "reset" not in err, err
+
+
+def test_status_is_built_on_the_loop_for_each_request() -> None:
+    """Attached, /status is no copy published on a timer: each request has the loop build it."""
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    ep.start()
+    built_on: list[threading.Thread] = []
+    docs: list[dict[str, object]] = []
+
+    async def main() -> None:
+        def build() -> dict[str, object]:
+            built_on.append(threading.current_thread())
+            return {"role": "leader", "builds": len(built_on)}
+
+        ep.attach(asyncio.get_running_loop(), build)
+        ep.set_ready(True, "")
+        for _ in range(2):
+            docs.append(json.loads((await asyncio.to_thread(get, ep, "/status"))[2]))
+
+    try:
+        asyncio.run(main())
+    finally:
+        ep.close()
+    assert [d["builds"] for d in docs] == [1, 2]
+    assert built_on == [threading.main_thread()] * 2  # on the loop's thread, not the server's
+    assert docs[1]["ready"] is True and docs[1]["role"] == "leader"
+
+
+def test_status_of_a_busy_loop_is_the_last_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop that cannot build the document in time: the last one built, with fresh verdicts."""
+    monkeypatch.setattr(httpd, "STATUS_WAIT", 0.1)
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    ep.start()
+    got: list[dict[str, object]] = []
+    builds: list[int] = []
+
+    async def main() -> None:
+        def build() -> dict[str, object]:
+            builds.append(1)
+            return {"builds": len(builds)}
+
+        ep.attach(asyncio.get_running_loop(), build)
+        got.append(json.loads((await asyncio.to_thread(get, ep, "/status"))[2]))
+        asked = threading.Event()
+
+        def blocked_get() -> None:
+            asked.set()
+            got.append(json.loads(get(ep, "/status")[2]))
+
+        t = threading.Thread(target=blocked_get)
+        t.start()
+        asked.wait(5)
+        t.join(10)  # the loop is busy here (this call blocks it) until the request is answered
+        await asyncio.sleep(0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        ep.close()
+    assert [d["builds"] for d in got] == [1, 1]
+    assert builds == [1]  # the request that timed out was not built later for nobody
+
+
+def test_close_ends_the_server_thread() -> None:
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    ep.start()
+    thread = ep._thread
+    assert thread is not None and thread.is_alive()
+    ep.close()
+    assert not thread.is_alive()

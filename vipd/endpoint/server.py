@@ -14,6 +14,12 @@ still answers when the event loop is blocked, and that is how /healthz can say s
   sockets open, interface up, adverts going out); else 503 with the reason. Also 503 when the
   loop is not healthy: a node whose loop is stuck takes part in nothing.
 - ``/status``: the status document (JSON) that ``vipd status`` prints; see ``vipd.endpoint.status``.
+  Built when asked, not on a timer: the HTTP thread asks the loop for it (`Endpoint.attach`)
+  and waits up to ``STATUS_WAIT`` s; a loop too busy to answer in time gets the last document
+  built instead (the verdicts in it are fresh either way).
+
+The HTTP thread sleeps in ``select`` on the listening socket and a wake-up pipe, with no
+timeout: an idle endpoint costs no wake-ups (``serve_forever`` polls every ``poll_interval``).
 
 Binding is separate from serving and happens first (`Endpoint.bind`, before vipd joins the
 election): the port is the per-node lock that keeps two vipd instances apart (``vipd
@@ -26,10 +32,12 @@ loop published: plain floats, bools and an immutable snapshot), or block the loo
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import errno
 import json
 import logging
+import os
+import selectors
 import socket
 import sys
 import threading
@@ -37,13 +45,17 @@ import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import IPv6Address, ip_address
-from typing import Any
-
-from prometheus_client.exposition import choose_encoder
+from typing import TYPE_CHECKING, Any
 
 from vipd import log as vlog
-from vipd import metrics
 from vipd.host import sdnotify
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio and the metrics (prometheus_client) are imported where they are used: binding the
+# port comes first in a start, and the rest of the imports run while the start-up probe
+# waits (vipd.cli), so the lock is taken early and the start is not longer for it.
 
 EXIT_LISTEN = 3
 # The loop beats this often; /healthz fails when the last beat is older than HEALTHZ_MAX_AGE.
@@ -51,6 +63,8 @@ EXIT_LISTEN = 3
 # (tens of ms), shorter than the default Master_Down_Interval (~3.4 s at advert 1 s).
 HEARTBEAT_INTERVAL = 0.5
 HEALTHZ_MAX_AGE = 2.0
+# How long a /status request waits for the loop to build the document (then: the last one).
+STATUS_WAIT = 1.0
 
 
 class ListenError(Exception):
@@ -68,6 +82,10 @@ class Endpoint:
         self.not_ready_reason = "starting"
         self._status: Mapping[str, Any] = {"ready": False, "ready_reason": "starting"}
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._build: Callable[[], Mapping[str, Any]] | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._closing = False
 
     @property
     def port(self) -> int:
@@ -95,18 +113,33 @@ class Endpoint:
 
     def start(self) -> None:
         """Serve in a daemon thread (the port is already bound)."""
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.5}, name="httpd"
-        )
+        self._thread = threading.Thread(target=self._serve, name="httpd")
         self._thread.daemon = True
         self._thread.start()
 
+    def _serve(self) -> None:
+        """Accept until `close`: one ``select`` with no timeout, so no periodic wake-up."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.server.fileno(), selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while not self._closing:
+                for key, _ in sel.select():
+                    if key.fd == self._wake_r or self._closing:
+                        return
+                    # Readable: handle_request's own select returns at once.
+                    self.server.handle_request()
+
     def close(self) -> None:
+        self._closing = True
         if self._thread is not None:
-            self.server.shutdown()
+            os.write(self._wake_w, b"x")
             self._thread.join(timeout=5)
             self._thread = None
         self.server.server_close()
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:  # a second close is a no-op
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
 
     # -- what the loop calls -----------------------------------------------------------
 
@@ -118,10 +151,14 @@ class Endpoint:
         us (vipd_event_loop_lag_seconds); ``on_beat(now)`` republishes the status. Under a
         unit with ``WatchdogSec=`` each beat also feeds systemd's watchdog: the loop that
         stops beating (and fails /healthz) is the one systemd restarts."""
+        from asyncio import sleep
+
+        from vipd import metrics
+
         watchdog = sdnotify.Watchdog.from_env()
         while True:
             asked = time.monotonic() + HEARTBEAT_INTERVAL
-            await asyncio.sleep(HEARTBEAT_INTERVAL)
+            await sleep(HEARTBEAT_INTERVAL)
             now = time.monotonic()
             metrics.LOOP_LAG.observe(max(0.0, now - asked))
             self.beat(now)
@@ -129,12 +166,25 @@ class Endpoint:
             if on_beat is not None:
                 on_beat(now)
 
-    def publish(self, status: Mapping[str, Any], ready: bool, reason: str) -> None:
-        """Replace the status document and the readiness verdict (``reason`` when not)."""
+    def attach(
+        self, loop: asyncio.AbstractEventLoop, build: Callable[[], Mapping[str, Any]]
+    ) -> None:
+        """From now on /status is ``build()``, called on ``loop`` when a request asks."""
+        self._loop, self._build = loop, build
+
+    def set_ready(self, ready: bool, reason: str) -> None:
+        """The readiness verdict (``reason`` when not ready); cheap, so the loop sets it on
+        every change and heartbeat."""
         self.ready = ready
         self.not_ready_reason = "" if ready else reason
-        self._status = status
+        from vipd import metrics
+
         metrics.READY.set(1 if ready else 0)
+
+    def publish(self, status: Mapping[str, Any], ready: bool, reason: str) -> None:
+        """Replace the status document and the readiness verdict (``reason`` when not)."""
+        self._status = status
+        self.set_ready(ready, reason)
 
     # -- what the HTTP thread calls ----------------------------------------------------
 
@@ -157,8 +207,33 @@ class Endpoint:
             return False, self.not_ready_reason
         return True, "ready"
 
+    def _fresh_status(self) -> Mapping[str, Any]:
+        """The loop builds the document now; the last one if it cannot within STATUS_WAIT."""
+        loop, build = self._loop, self._build
+        if loop is None or build is None:
+            return self._status
+        done: concurrent.futures.Future[Mapping[str, Any]] = concurrent.futures.Future()
+
+        def run() -> None:
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(build())
+                except Exception as exc:
+                    done.set_exception(exc)
+
+        try:
+            loop.call_soon_threadsafe(run)
+            self._status = done.result(timeout=STATUS_WAIT)
+        except concurrent.futures.TimeoutError:
+            done.cancel()  # a loop that gets to it later does not build it for nobody
+        except Exception:
+            # The loop is closed (vipd is stopping), or the build failed (the loop logged
+            # it): the last document stands.
+            pass
+        return self._status
+
     def status(self) -> dict[str, Any]:
-        doc = dict(self._status)
+        doc = dict(self._fresh_status())
         healthy, health_reason = self.health()
         ready, ready_reason = self.readiness()
         doc.update(
@@ -210,6 +285,10 @@ class _Handler(BaseHTTPRequestHandler):
         endpoint = self.server.endpoint
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
+            from prometheus_client.exposition import choose_encoder
+
+            from vipd import metrics
+
             metrics.LOOP_HEARTBEAT_AGE.set(endpoint.heartbeat_age())
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
             self._send(200, encoder(metrics.REGISTRY), content_type)

@@ -85,6 +85,7 @@ class Transport:
         self.destinations: tuple[IPAddress, ...] = peers or (group,)
         self.sock = self._open()
         self._pktinfo = self._source_cmsg()
+        self._addrs: dict[IPAddress, tuple[str, int] | tuple[str, int, int, int]] = {}
 
     def _open(self) -> socket.socket:
         family = socket.AF_INET6 if self.v6 else socket.AF_INET
@@ -153,8 +154,10 @@ class Transport:
         """Send one encoded VRRP message to ``dst``; raises OSError on failure."""
         # MSG_DONTROUTE for the link-local group, as keepalived does; unicast may be routed.
         flags = 0 if self.unicast else socket.MSG_DONTROUTE
-        addr: tuple[str, int] | tuple[str, int, int, int]
-        addr = (str(dst), 0, 0, self.ifindex) if self.v6 else (str(dst), 0)
+        addr = self._addrs.get(dst)
+        if addr is None:  # a handful of destinations, each formatted once
+            addr = (str(dst), 0, 0, self.ifindex) if self.v6 else (str(dst), 0)
+            self._addrs[dst] = addr
         self.sock.sendmsg([message], self._pktinfo, flags, addr)
 
     def receive(self) -> Iterator[Datagram | DecodeError]:
