@@ -32,7 +32,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.kube.conftest import TIMING, Window
+from tests.kube.conftest import MARGIN, TIMING, Window
 from vipd.lab.faults import drop_address
 from vipd.lab.kubebed.bed import KubeBed
 from vipd.lab.topology import VIP4
@@ -70,14 +70,15 @@ def test_2a_leader_apiserver_sigstopped_past_the_renew_deadline(
     bed: KubeBed, window: Window
 ) -> None:
     old = bed.wait_one_holder(10)
+    since = len(bed.procs[old].vipd.log_text())  # the log of this scenario only
     window.mark(f"SIGSTOP kube-apiserver on {old}")
     bed.procs[old].apiserver.signal(signal.SIGSTOP)
     time.sleep(HOLD)
     # Its requests got no answer at all: it stepped down at the renew deadline, without
     # exiting, and a peer leads.
     assert bed.procs[old].vipd.running(), bed.vipd_report()
-    assert "renew deadline" in bed.procs[old].vipd.log_text(), bed.vipd_report()
-    new = bed.wait_one_holder(5)
+    assert "renew deadline" in bed.procs[old].vipd.log_text()[since:], bed.vipd_report()
+    new = bed.wait_one_holder(D + P + 2)
     assert new != old, bed.vipd_report()
     bed.procs[old].apiserver.signal(signal.SIGCONT)
     _recover(bed, window, "SIGCONT")
@@ -120,7 +121,13 @@ def test_4_nospace_alarm_writes_fail_reads_served(bed: KubeBed, window: Window) 
     time.sleep(HOLD)
     bed.disarm_etcd()
     _recover(bed, window, "disarmed")
-    window.check()
+    # With every write refused the holder steps down at its renew deadline and takes the
+    # Lease back in the reclaim round, once every follower's expiry has passed: the design's
+    # bound for that gap (docs/design/lease-unreachable.md, fault 4) is
+    # cap + D - RD + 3 RP + 7 r, with cap a leader's request timeout and r a follower's.
+    cap = max(0.2, R / 2)
+    r = max(0.2, min(cap, P))
+    window.check(gap_limit=cap + D - R + 3 * P + 7 * r + MARGIN)
 
 
 @pytest.mark.parametrize(
@@ -141,9 +148,10 @@ def test_6_leader_node_partitioned_then_healed(bed: KubeBed, window: Window) -> 
     window.mark(f"partition {old} from the bridge")
     bed.partition(old)
     time.sleep(HOLD + 2)
-    # Its calls time out (no 5xx): the unreachable-store rule does not keep the VIP there.
-    assert "keeping the VIP" not in bed.procs[old].vipd.log_text(), bed.vipd_report()
-    new = bed.wait_one_holder(5)
+    # Cut off from quorum it cannot renew: a peer leads. (It may have held the VIP on
+    # evidence for a while: the others' API servers answer 500 while their etcd elects a new
+    # leader. The window's check judges that no two held it at once.)
+    new = bed.wait_one_holder(D + P + 2)
     assert new != old, bed.vipd_report()
     bed.heal_partition(old)
     _recover(bed, window, "healed")
