@@ -12,20 +12,16 @@ and API server run again and ``kubectl get --raw /readyz`` through the VIP answe
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import pytest
 
 from tests.kubelet.conftest import Cluster
-from vipd.lab.addrwatch import AddrEvent
+from vipd.lab.kubeadm_flow import OVERLAP_LIMIT, POWER_LOSS_LIMIT, client_gap, withdrawn
 
 pytestmark = pytest.mark.kubelet
 
 CONTROL_PLANE = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "vipd"]
-# The make-before-break overlap a graceful handover may have (docs/design: ≤ 0.1 s).
-OVERLAP_LIMIT = 0.1
-POWER_LOSS_LIMIT = 60.0
 
 
 def _no_two_holders(cluster: Cluster) -> None:
@@ -55,25 +51,6 @@ def test_kubeadm_init_and_joins_through_the_vip(cluster: Cluster) -> None:
     _no_two_holders(cluster)
 
 
-def _client_gap(cluster: Cluster, start: float, end: float) -> tuple[float, int]:
-    """Longest span between successful prober attempts in [start, end], and the failures."""
-    assert cluster.bed.prober is not None
-    tries = [a for a in cluster.bed.prober.attempts() if start <= a.start <= end]
-    ok = [a.start for a in tries if a.ok]
-    assert ok, "the prober saw no answer through the VIP"
-    gap = max((b - a for a, b in itertools.pairwise(ok)), default=0.0)
-    return gap, sum(1 for a in tries if not a.ok)
-
-
-def _withdrawn(claim: AddrEvent, events: list[AddrEvent]) -> bool:
-    """Was ``claim`` undone within the overlap limit (two equal-priority backups both claim
-    at Skew_Time after the leader's priority-0 advert; the lower address yields at once)?"""
-    return any(
-        not e.added and e.node == claim.node and 0 <= e.at - claim.at <= OVERLAP_LIMIT
-        for e in events
-    )
-
-
 def test_daemonset_adopts_node_by_node_leader_last(cluster: Cluster) -> None:
     bed = cluster.bed
     bed.apply_daemonset()
@@ -87,8 +64,9 @@ def test_daemonset_adopts_node_by_node_leader_last(cluster: Cluster) -> None:
         after = bed.holders()
         events = [e for e in cluster.watch.events if e.at >= t0_wall]
         claims = [e for e in events if e.added]
-        moves = [e for e in claims if not _withdrawn(e, events)]
-        gap, failed = _client_gap(cluster, t0, time.monotonic())
+        moves = [e for e in claims if not withdrawn(e, events)]
+        assert bed.prober is not None
+        gap, failed = client_gap(bed.prober, t0, time.monotonic())
         print(f"\nadopt {name} in {took:.1f} s: holder {before} -> {after}, "
               f"{len(moves)} VIP move(s) ({len(claims)} claim(s): "
               f"{[(e.node, round(e.at - t0_wall, 3)) for e in claims]}), "

@@ -192,3 +192,42 @@ def test_outage_is_bounded_by_the_window(spec: list[str], fault_i: int) -> None:
     if o.recovered:
         assert o.after is not None and o.gap_end is not None and o.gap_end > fault
         assert o.flap == (o.switches >= 2)
+
+
+def test_kubeadm_flow_withdrawn_claims_are_not_moves_and_the_report_renders() -> None:
+    from vipd.lab.addrwatch import AddrEvent
+    from vipd.lab.kubeadm_flow import Step, render, withdrawn
+
+    a = AddrEvent(10.0, "n2", True)
+    b = AddrEvent(10.0, "n3", True)
+    events = [a, b, AddrEvent(10.05, "n3", False)]
+    assert not withdrawn(a, events) and withdrawn(b, events)
+    assert not withdrawn(b, [a, b, AddrEvent(10.5, "n3", False)])  # too late: a move
+    step = Step("n1", 4.2, ["n1"], ["n2"], [("n2", 0.5)], 1, 0.06, 0)
+    assert step.problems("n1") == []
+    follower = Step("n3", 3.0, ["n1"], ["n2"], [("n2", 0.5)], 1, 0.06, 0)
+    assert follower.problems("n1") == ["adopt n3 (a follower): the VIP moved ['n1']→['n2']"]
+    text = render(
+        {
+            "lab": {"kubernetes": "v1.37.2"},
+            "timeline": [{"t_s": 0.5, "what": "n1 +VIP"}],
+            "init": {"kubeadm_init_s": 9.0, "vip_first_bound_on": "n1",
+                     "vip_first_bound_after_s": 1.0},
+            "adopt": [vars(step)],
+            "power_loss": {"readyz_through_vip_after_s": 12.5},
+            "summary": {"ok": True, "problems": []},
+        }
+    )  # fmt: skip
+    assert "| n1 | 4.2 | n1 → n2 | 1 | 60 | 0 |" in text
+    assert "n1 +VIP" in text and text.endswith("ok")
+
+
+def test_vipd_lab_kubeadm_is_vrrp_only() -> None:
+    import argparse
+
+    from vipd.lab import runner
+
+    parser = argparse.ArgumentParser()
+    runner.add_arguments(parser)
+    args = parser.parse_args(["--kubeadm", "--election", "lease"])
+    assert runner.run(args) == 2

@@ -161,6 +161,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Lease duration/renew_deadline/retry_period in seconds (default 5/3/1)",
     )
     parser.add_argument(
+        "--kubeadm",
+        action="store_true",
+        help="the cluster's life on real kubelets instead of fault rounds: vipd's static pod, "
+        "kubeadm init through the VIP, two control-plane joins, adopt to the DaemonSet node by "
+        "node, a full power loss; prints the timeline and the client-seen gaps (VRRP mode; "
+        f"needs the binaries that {KUBE_BUILD} builds; takes 3-5 minutes)",
+    )
+    parser.add_argument(
         "--cleanup",
         metavar="PREFIX",
         default=None,
@@ -853,6 +861,21 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"removed {len(removed)} namespaces: {' '.join(removed) or '-'}")
         return 0
+    if getattr(args, "kubeadm", False):
+        if args.election != "vrrp":
+            print(
+                "vipd lab --kubeadm: only --election vrrp runs on the kubelet bed so far",
+                file=sys.stderr,
+            )
+            return 2
+        from vipd.lab import kubeadm_flow
+        from vipd.lab.kubelet_bed.node import MachineError
+
+        try:
+            return kubeadm_flow.run(as_json=args.json, keep=args.keep)
+        except (LabError, MachineError) as exc:
+            print(f"vipd lab --kubeadm: {exc}", file=sys.stderr)
+            return 1
     opts = Options.from_args(args)
     if opts.rounds < 1 or opts.nodes < 2:
         print("vipd lab: --rounds must be ≥ 1 and --nodes ≥ 2", file=sys.stderr)

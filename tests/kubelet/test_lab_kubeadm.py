@@ -1,0 +1,52 @@
+"""``vipd lab --kubeadm`` as a user runs it: one command, a real kubeadm cluster on real
+kubelets, the JSON report.
+
+Asserted on the report the command prints (and its exit code): the VIP first bound on n1
+before ``kubeadm init`` finished, three adopt steps with the holder last, at most one VIP move
+per step and none at a follower's, every connect through the VIP answered or the gap reported,
+``/readyz`` through the VIP back within 60 s of the full power loss, a timeline that names
+each step, and no problems.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.prereq import missing
+from vipd.lab.kubelet_bed.bed import usable
+from vipd.lab.topology import python_argv
+
+pytestmark = pytest.mark.kubelet
+
+
+def test_vipd_lab_kubeadm_reports_the_clusters_life() -> None:
+    why = usable()
+    if why is not None:
+        missing(why)
+    run = subprocess.run(
+        python_argv("vipd", "lab", "--kubeadm", "--json"),
+        capture_output=True, text=True, timeout=1200, check=False,
+    )  # fmt: skip
+    print(run.stderr[-3000:])
+    assert run.returncode == 0, run.stderr[-4000:] + run.stdout[-2000:]
+    report = json.loads(run.stdout)
+    assert report["summary"] == {"ok": True, "problems": []}
+    init = report["init"]
+    assert init["vip_first_bound_on"] == "n1"
+    assert init["vip_first_bound_after_s"] < init["kubeadm_init_s"]
+    steps = report["adopt"]
+    assert sorted(s["node"] for s in steps) == ["n1", "n2", "n3"]
+    holder = steps[0]["before"]
+    assert len(holder) == 1 and steps[-1]["node"] == holder[0]  # the holder last
+    for s in steps:
+        assert s["moves"] <= 1 and len(s["after"]) == 1, s
+        if s["node"] != holder[0]:
+            assert s["moves"] == 0 and s["after"] == s["before"], s
+        assert s["gap_s"] >= 0
+    assert 0 < report["power_loss"]["readyz_through_vip_after_s"] <= 60
+    whats = [row["what"] for row in report["timeline"]]
+    assert any("+VIP" in w for w in whats)
+    assert sum("(adopt)" in w for w in whats) == 3, whats
