@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,9 +81,15 @@ def test_hooks_order_and_arguments_through_a_kill_and_a_sigterm(
     faults.kill(lab, faults.NodeRig(lab.node("n1"), d["n1"], None))
     assert wait_for(lambda: "n2" in lab.holders(VIP4), 10.0) is not None, d["n2"].log_tail()
     # n2 resigns: n3 takes over after Skew_Time; n2's stop hook runs once the VIP is gone.
+    t_term = time.time()
     assert d["n2"].stop(signal.SIGTERM, timeout=15.0) == 0, d["n2"].log_tail()
     assert wait_for(lambda: lab.holders(VIP4) == ["n3"], 10.0) is not None
-    assert wait_for(lambda: any(e[1] == "n3" and e[3] == "leader" for e in timeline(rec)), 5.0)
+    # n3's own "all" line for this takeover, written after its leader hook timed out (a
+    # start-up race may have left an earlier n3 "leader" line in the timeline).
+    assert wait_for(
+        lambda: any(e[1] == "n3" and e[3] == "leader" and e[0] > t_term for e in timeline(rec)),
+        HANG_TIMEOUT + 5.0,
+    )
 
     events = timeline(rec)
     per_node = {n: [(st, reason) for _, node, _, st, reason in events if node == n] for n in d}
