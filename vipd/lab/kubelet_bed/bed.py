@@ -33,6 +33,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,7 +69,7 @@ CONTAINERD_BINS = ("containerd", "containerd-shim-runc-v2", "ctr", "crictl")
 
 
 def _log(msg: str) -> None:
-    print(f"[kubelet-bed {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    print(f"[kubelet-bed {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def find_binaries() -> tuple[Path, Path]:
