@@ -4,26 +4,12 @@ attempts, and the discovery recorder's reader (vipd.lab.kubebed.discovery)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
+from tests.unit import benches
 from vipd.lab.kubebed import discovery
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_lease", ROOT / "bench" / "lease.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_lease"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _bench()
+bench = benches.load("lease")
 
 PAGE = """# HELP vipd_lease_requests_total Lease API calls
 # TYPE vipd_lease_requests_total counter

@@ -3,26 +3,12 @@ judged scenario a row, a failed one with its problems."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit import benches
 
-
-def _bench() -> ModuleType:
-    path = ROOT / "bench" / "lease_faults.py"
-    spec = importlib.util.spec_from_file_location("bench_lease_faults", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_lease_faults"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _bench()
+bench = benches.load("lease_faults")
 
 
 def row(test: str, shared: float, unowned: float, problems: list[str]) -> dict[str, object]:
