@@ -12,10 +12,11 @@ costs one ~15 µs netlink round trip, so there is nothing to gain from deferring
 is re-observed whenever the kernel reports a change of a VIP's address (``kick``: the
 agent follows RTM_NEWADDR / RTM_DELADDR through ``vipd.host.linkwatch``), so a VIP deleted by
 hand on the leader comes back at once and a VIP left behind on a follower goes away; a change
-that failed is retried after a short pause, and a slow periodic resync (``RESYNC_INTERVAL``)
-covers anything no notification told. When the VIPs' link is deleted (``unlink``) nothing is
-converged until the agent hands over the actuators of the link that replaces it
-(``relink``): the leader then binds and announces the VIPs there.
+that failed is retried after a pause that doubles while it keeps failing (0.1 s up to 5 s),
+and a slow periodic resync (``RESYNC_INTERVAL``) covers anything no notification told.
+When the VIPs' link is deleted (``unlink``) nothing is converged until the agent hands over
+the actuators of the link that replaces it (``relink``): the leader then binds and
+announces the VIPs there.
 
 What it must not do: elect (that is the backend's job), or wait on anything slow: it runs on
 the loop that sends adverts (https://github.com/acassen/keepalived/issues/1653 and /2066
@@ -44,6 +45,18 @@ if TYPE_CHECKING:
 # The periodic resync: a safety net only. The kernel reports every address change to the
 # agent's link watch (and flags lost notifications with ENOBUFS, which also kicks a resync).
 RESYNC_INTERVAL = 30.0
+
+# A refused change is retried after RETRY_FIRST, doubling on each failure in a row up to
+# RETRY_MAX: a takeover that hit a transient refusal is retried at once, and a host that
+# keeps refusing (EPERM from a policy, say) is neither hammered nor flooding the log.
+RETRY_FIRST = 0.1
+RETRY_MAX = 5.0
+
+
+def retry_delay(failures: int, resync_interval: float = RESYNC_INTERVAL) -> float:
+    """Seconds before the next pass after ``failures`` failed passes in a row (≥ 1)."""
+    delay = RETRY_FIRST * 2.0 ** min(max(failures, 1) - 1, 16)
+    return min(delay, RETRY_MAX, resync_interval)
 
 
 class Address(Protocol):
@@ -141,7 +154,7 @@ class Controller:
         self.leader = False
         self._timers: list[asyncio.TimerHandle] = []
         self._wake = asyncio.Event()
-        self._failed = False
+        self._failures = 0  # failed passes in a row (see retry_delay)
         self._linked = True  # the VIPs' link exists (see unlink / relink)
         self._followers: list[LeaderFlag] = []
 
@@ -245,12 +258,10 @@ class Controller:
                     vip=slot.address.vip,
                     error=exc,
                 )
-                self._failed = True
                 self._wake.set()
             finally:
                 self._export_bound(slot)
-        if ok:
-            self._failed = False
+        self._failures = 0 if ok else self._failures + 1
         return ok
 
     @staticmethod
@@ -265,9 +276,9 @@ class Controller:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.resync_interval)
-            if self._failed:
-                # A failed change is retried after a short pause, not in a tight loop.
-                await asyncio.sleep(min(0.1, self.resync_interval))
+            if self._failures:
+                # A failed change is retried after a pause that grows while it keeps failing.
+                await asyncio.sleep(retry_delay(self._failures, self.resync_interval))
             self._wake.clear()
             self.reconcile(resync=True)
 

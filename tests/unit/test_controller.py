@@ -7,7 +7,7 @@ import logging
 from ipaddress import IPv4Address
 from typing import Any
 
-from vipd.controller import Controller, GarpPolicy, VipActuators
+from vipd.controller import Controller, GarpPolicy, VipActuators, retry_delay
 from vipd.host.address import Op, plan
 
 
@@ -184,6 +184,60 @@ def test_a_kick_resyncs_at_once_and_an_unlinked_controller_waits_for_its_new_lin
         ctl.relink([VipActuators(new_addr, new_ann)])
         assert new_addr.present and ctl.bound and new_ann.bursts == 1
         assert not addr.present
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_retry_delay_doubles_from_a_tenth_of_a_second_up_to_five() -> None:
+    assert [retry_delay(n) for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.4, 0.8]
+    assert retry_delay(7) == 5.0 and retry_delay(10_000) == 5.0
+    assert retry_delay(3, resync_interval=0.3) == 0.3  # never later than the resync
+
+
+class RefusingAddress(FakeAddress):
+    """The kernel refuses the add (EPERM) until ``refuse`` is cleared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse = True
+
+    def add(self) -> None:
+        self.calls.append("add")
+        if self.refuse:
+            raise PermissionError(1, "Operation not permitted")
+        self.present = True
+
+
+def test_a_refused_vip_is_retried_with_backoff_and_bound_once_allowed() -> None:
+    async def scenario() -> None:
+        addr, ann = RefusingAddress(), FakeAnnouncer()
+        ctl = Controller(
+            vips=[VipActuators(addr, ann)],
+            garp=GarpPolicy(delay=0),
+            log=logging.getLogger("test"),
+            resync_interval=60.0,
+        )
+        task = asyncio.create_task(ctl.run())
+        await asyncio.sleep(0)
+        ctl.set_leader(True, asyncio.get_running_loop().time())
+        # Passes at about 0, 0.1, 0.3, 0.7 s: four adds in 1 s, not ten.
+        await asyncio.sleep(1.0)
+        adds = addr.calls.count("add")
+        assert 3 <= adds <= 5, addr.calls
+        assert ctl.stats.reconcile_errors == adds and not ctl.bound
+        addr.refuse = False
+        ctl.kick()
+        await asyncio.sleep(0.85)  # at most the pending 0.8 s pause
+        assert addr.present and ctl.bound
+        # One success resets the pause: the next refusal is retried after 0.1 s again.
+        addr.refuse = True
+        addr.present = False
+        ctl.kick()
+        await asyncio.sleep(0.05)
+        errors = ctl.stats.reconcile_errors
+        await asyncio.sleep(0.12)
+        assert ctl.stats.reconcile_errors == errors + 1
         task.cancel()
 
     asyncio.run(scenario())
