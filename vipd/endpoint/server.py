@@ -53,7 +53,7 @@ from vipd.host import sdnotify
 if TYPE_CHECKING:
     import asyncio
 
-# asyncio and the metrics (prometheus_client) are imported where they are used: binding the
+# asyncio and the metrics are imported where they are used: binding the
 # port comes first in a start, and the rest of the imports run while the start-up probe
 # waits (vipd.cli), so the lock is taken early and the start is not longer for it.
 
@@ -285,13 +285,12 @@ class _Handler(BaseHTTPRequestHandler):
         endpoint = self.server.endpoint
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            from prometheus_client.exposition import choose_encoder
-
             from vipd import metrics
+            from vipd.exposition import negotiate
 
             metrics.LOOP_HEARTBEAT_AGE.set(endpoint.heartbeat_age())
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, encoder(metrics.REGISTRY), content_type)
+            openmetrics, content_type = negotiate(self.headers.get("Accept", ""))
+            self._send(200, metrics.REGISTRY.expose(openmetrics), content_type)
         elif path == "/healthz":
             ok, why = endpoint.health()
             self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain; charset=utf-8")
