@@ -24,7 +24,7 @@ and announced on the takeover path, never before.
 
 from __future__ import annotations
 
-import platform
+import sys
 from collections.abc import Sequence
 
 from vipd import __version__
@@ -104,7 +104,9 @@ BUILD_INFO = Gauge(
     ["version", "python"],
     registry=REGISTRY,
 )
-BUILD_INFO.labels(version=__version__, python=platform.python_version()).set(1)
+# sys.version's first word is what platform.python_version() returns, without importing
+# platform (4 ms of a start).
+BUILD_INFO.labels(version=__version__, python=sys.version.split()[0]).set(1)
 
 NODE_INFO = Gauge(
     "vipd_node_info",
