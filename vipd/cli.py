@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vipd import __version__
 from vipd import log as vlog
@@ -444,6 +444,42 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     return adopt.adopt(args.manifest, args.listen, args.timeout, args.interval)
 
 
+def _help_width() -> int:
+    """The terminal's width for --help, found as ``shutil.get_terminal_size`` finds it
+    ($COLUMNS, then the terminal of stdout, else 80), without importing shutil: argparse
+    makes a formatter for every add_argument, and shutil brings zlib, bz2 and lzma (0.5 MiB
+    of a daemon's RSS) to a ``vipd run`` that never prints help."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns if columns > 0 else 80) - 2
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(
+            prog, indent_increment, max_help_position, _help_width() if width is None else width
+        )
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help formatter does not import shutil (`_help_width`); the
+    subcommands' parsers are of the same class (argparse makes them with ``type(parent)``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(
     lab_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> argparse.ArgumentParser:
@@ -451,9 +487,7 @@ def build_parser(
     (``python -m vipd.lab --help``) and `main` hands its arguments over unparsed. A caller
     that has the lab (the docs tests) passes ``vipd.lab.runner.add_arguments`` as
     ``lab_arguments`` to see them in this parser."""
-    parser = argparse.ArgumentParser(
-        prog="vipd", description="Virtual-IP agent for Kubernetes control planes."
-    )
+    parser = _Parser(prog="vipd", description="Virtual-IP agent for Kubernetes control planes.")
     parser.add_argument("--version", action="version", version=f"vipd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

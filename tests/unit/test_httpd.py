@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import struct
 import threading
@@ -280,3 +281,100 @@ def test_close_ends_the_server_thread() -> None:
     assert thread is not None and thread.is_alive()
     ep.close()
     assert not thread.is_alive()
+
+
+# -- the HTTP/1.1 server itself (RFC 9112) ------------------------------------------------
+
+
+def raw(ep: httpd.Endpoint, data: bytes, timeout: float = 5) -> bytes:
+    """Send ``data`` on one connection and read until the server closes it."""
+    with socket.create_connection(("127.0.0.1", ep.port), timeout=timeout) as client:
+        client.sendall(data)
+        out = b""
+        while chunk := client.recv(65536):
+            out += chunk
+    return out
+
+
+def split_responses(data: bytes) -> list[tuple[str, dict[str, str], bytes]]:
+    """(status line, headers, body) of each response in ``data`` (Content-Length framed)."""
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        n = int(headers["content-length"])
+        out.append((lines[0], headers, rest[:n]))
+        data = rest[n:]
+    return out
+
+
+def test_persistent_connection_answers_pipelined_requests_in_order(
+    endpoint: httpd.Endpoint,
+) -> None:
+    got = split_responses(
+        raw(
+            endpoint,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"\r\n"  # a stray empty line between requests is allowed
+            b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+    )
+    assert [(s, b) for s, _, b in got] == [
+        ("HTTP/1.1 200 OK", b"ok\n"),
+        ("HTTP/1.1 404 Not Found", b"not found: try /metrics, /healthz, /readyz or /status\n"),
+        ("HTTP/1.1 503 Service Unavailable", b"starting\n"),
+    ]
+    _, headers, _ = got[0]
+    assert headers["server"] == "vipd" and headers["cache-control"] == "no-store"
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert re.fullmatch(
+        r"[A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT", headers["date"]
+    )
+    assert "connection" not in headers and got[2][1]["connection"] == "close"
+
+
+def test_http10_gets_one_answer_and_a_close(endpoint: httpd.Endpoint) -> None:
+    (got,) = split_responses(raw(endpoint, b"GET /healthz HTTP/1.0\r\n\r\n"))
+    assert got[0] == "HTTP/1.1 200 OK" and got[1]["connection"] == "close" and got[2] == b"ok\n"
+
+
+def test_head_has_the_headers_of_get_and_no_body(endpoint: httpd.Endpoint) -> None:
+    data = raw(endpoint, b"HEAD /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: 3\r\n" in head
+    assert body == b""
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi", "HTTP/1.1 501 Not Implemented"),
+        (b"GARBAGE\r\n\r\n", "HTTP/1.1 400 Bad Request"),
+        (b"GET / HTTP/1.1\r\nno colon here\r\n\r\n", "HTTP/1.1 400 Bad Request"),
+        (b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n", "HTTP/1.1 400 Bad Request"),
+        (b"GET / HTTP/2.0\r\n\r\n", "HTTP/1.1 505 HTTP Version Not Supported"),
+        (
+            b"GET / HTTP/1.1\r\nX: " + b"a" * (httpd.MAX_HEAD + 10) + b"\r\n\r\n",
+            "HTTP/1.1 431 Request Header Fields Too Large",
+        ),
+    ],
+)
+def test_bad_requests_get_an_error_and_a_close(
+    endpoint: httpd.Endpoint, request_bytes: bytes, status: str
+) -> None:
+    (got,) = split_responses(raw(endpoint, request_bytes))
+    assert got[0] == status and got[1]["connection"] == "close"
+    assert get(endpoint, "/healthz")[0] == 200  # and the server goes on
+
+
+def test_a_quiet_connection_is_closed_after_the_idle_timeout(
+    monkeypatch: pytest.MonkeyPatch, endpoint: httpd.Endpoint
+) -> None:
+    monkeypatch.setattr(httpd, "IDLE_TIMEOUT", 0.3)
+    with socket.create_connection(("127.0.0.1", endpoint.port), timeout=10) as client:
+        client.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        first = client.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 OK")
+        assert client.recv(65536) == b""  # closed by the server, well before our 10 s

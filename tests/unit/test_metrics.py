@@ -11,11 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.metrics import MetricWrapperBase
 
 from tests.prereq import promtool
 from vipd import metrics
+from vipd.exposition import Family
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reference" / "metrics.md"
@@ -25,8 +24,8 @@ NAME = re.compile(r"vipd_[a-z][a-z0-9_]*")
 def vipd_families() -> list[tuple[str, str, str]]:
     """(name, type, help) of every vipd_ metric family on the registry."""
     return [
-        (fam.name, fam.type, fam.documentation)
-        for fam in metrics.REGISTRY.collect()
+        (fam.name, fam.kind, fam.documentation)
+        for fam in metrics.REGISTRY.families()
         if fam.name.startswith("vipd_")
     ]
 
@@ -45,8 +44,12 @@ def docs_table() -> dict[str, tuple[str, str]]:
     return rows
 
 
+def generate_latest() -> bytes:
+    return metrics.REGISTRY.expose()
+
+
 def test_every_collector_is_vipd_or_process() -> None:
-    for fam in metrics.REGISTRY.collect():
+    for fam in metrics.REGISTRY.families():
         assert fam.name.startswith(("vipd_", "process_")), fam.name
 
 
@@ -55,9 +58,8 @@ def test_metric_is_named_and_helped(name: str, kind: str, help_text: str) -> Non
     assert NAME.fullmatch(name), name
     # Help that says how to read the number, not just its name.
     assert len(help_text) >= 40, f"{name}: help text too short: {help_text!r}"
-    if kind == "counter":
-        # prometheus_client strips _total from the family name; the sample carries it.
-        assert not name.endswith("_total")
+    # A counter, and only a counter, is named ..._total (the text format's convention).
+    assert name.endswith("_total") == (kind == "counter"), name
     if "seconds" in name:
         assert kind in ("gauge", "histogram", "counter")
     assert not re.search(r"_(ms|milliseconds|minutes|bytes_kb)\b", name), name
@@ -65,29 +67,27 @@ def test_metric_is_named_and_helped(name: str, kind: str, help_text: str) -> Non
 
 def test_docs_document_every_metric_with_its_type_and_labels() -> None:
     table = docs_table()
-    for fam in metrics.REGISTRY.collect():
+    for fam in metrics.REGISTRY.families():
         if not fam.name.startswith("vipd_"):
             continue
-        exposed = fam.name + ("_total" if fam.type == "counter" else "")
-        assert exposed in table, f"{exposed} is not in docs/reference/metrics.md"
-        kind, _ = table[exposed]
-        assert kind == fam.type, f"{exposed}: the docs say {kind}, it is a {fam.type}"
+        assert fam.name in table, f"{fam.name} is not in docs/reference/metrics.md"
+        kind, _ = table[fam.name]
+        assert kind == fam.kind, f"{fam.name}: the docs say {kind}, it is a {fam.kind}"
     for name in table:
-        base = name.removesuffix("_total")
-        assert base in exposed_names(), f"the docs list {name}, which vipd does not export"
+        assert name in exposed_names(), f"the docs list {name}, which vipd does not export"
 
 
 def test_docs_list_every_label_name() -> None:
     table = docs_table()
-    objects = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase) and m._name]
+    objects = [m for m in vars(metrics).values() if isinstance(m, Family)]
     assert len(objects) >= 20
     for metric in objects:
-        doc_name = metric._name + ("_total" if metric._type == "counter" else "")
+        doc_name = metric.name
         documented = set(re.findall(r"`([a-z_]+)`", table[doc_name][1].split("(")[0]))
-        for label in metric._labelnames:
+        for label in metric.labelnames:
             assert f"`{label}`" in table[doc_name][1], (doc_name, label)
-        assert documented <= set(metric._labelnames), (doc_name, documented)
-        if not metric._labelnames:
+        assert documented <= set(metric.labelnames), (doc_name, documented)
+        if not metric.labelnames:
             assert table[doc_name][1] == "—", doc_name
 
 
@@ -117,7 +117,7 @@ def test_set_master_keeps_one_series_per_vip() -> None:
     metrics.set_master("10.0.0.1", 200, "10.0.0.100")
     metrics.set_master("10.0.0.2", 150, "10.0.0.100")
     metrics.set_master("fe80::2", 120, "fd00::100")
-    text = generate_latest(metrics.REGISTRY).decode()
+    text = generate_latest().decode()
     found = re.findall(
         r'^vipd_vrrp_master_info\{address="([^"]+)",vip="([^"]+)"\} 1\.0$', text, re.M
     )
@@ -127,10 +127,10 @@ def test_set_master_keeps_one_series_per_vip() -> None:
     assert get("vipd_vrrp_master_priority", {"vip": "fd00::100"}) == 120
     metrics.set_master(None, None, "10.0.0.100")
     metrics.set_master(None, None, "fd00::100")
-    assert "vipd_vrrp_master_info{" not in generate_latest(metrics.REGISTRY).decode()
+    assert "vipd_vrrp_master_info{" not in generate_latest().decode()
     # Unknown is an absent series (no sample), not a -1 a query would have to leave out.
     assert get("vipd_vrrp_master_priority", {"vip": "10.0.0.100"}) is None
-    exposition = generate_latest(metrics.REGISTRY).decode()
+    exposition = generate_latest().decode()
     assert not re.search(r"^vipd_vrrp_master_priority", exposition, re.M)
 
 
@@ -141,14 +141,16 @@ def test_one_meaning_per_label_name_and_no_minus_one_for_unknown() -> None:
     metrics.init_lease(node="cp-1", vips=["10.0.0.100"], interface="eth0")
     metrics.HEALTH_BACKEND_HEALTHY.labels(target="10.0.0.12", local="false").set(0)
     metrics.HEALTH_CHECKS.labels(target="10.0.0.12", result="ok").inc()
-    for fam in metrics.REGISTRY.collect():
+    for fam in metrics.REGISTRY.families():
         if not fam.name.startswith("vipd_"):
             continue
-        for sample in fam.samples:
-            if "backend" in sample.labels:
-                assert sample.labels["backend"] in ("vrrp", "lease"), (fam.name, sample)
-            if fam.type == "gauge":
-                assert sample.value != -1, (fam.name, sample)
+        for sample in fam.samples():
+            _, pairs, value = sample
+            labels = dict(pairs)
+            if "backend" in labels:
+                assert labels["backend"] in ("vrrp", "lease"), (fam.name, sample)
+            if fam.kind == "gauge":
+                assert value != -1, (fam.name, sample)
 
 
 def test_duplicate_claims_are_split_by_source() -> None:
@@ -188,7 +190,7 @@ def test_promtool_check_metrics_is_clean() -> None:
     metrics.TRANSITIONS.labels(backend="vrrp", role="leader", reason="master-down").inc()
     out = subprocess.run(
         [tool, "check", "metrics"],
-        input=generate_latest(metrics.REGISTRY),
+        input=generate_latest(),
         capture_output=True,
         check=False,
     )

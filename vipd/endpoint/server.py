@@ -1,9 +1,12 @@
 """vipd's HTTP endpoint: /metrics, /healthz, /readyz and /status on ``metrics.listen``.
 
-What it is: a small threaded HTTP server (the standard library's, in one daemon thread of its
-own) that answers from state the event loop publishes into an `Endpoint`: a heartbeat
-timestamp, a readiness verdict and a status document. Because it runs in its own thread it
-still answers when the event loop is blocked, and that is how /healthz can say so.
+What it is: a small threaded HTTP/1.1 server (RFC 9112 message syntax; GET only, persistent
+connections as RFC 9112 section 9.3 says) that answers from state the event loop publishes
+into an `Endpoint`: a heartbeat timestamp, a readiness verdict and a status document. It runs
+in threads of its own (one that accepts, one per connection), so it still answers when the
+event loop is blocked, and that is how /healthz can say so. It is vipd's own rather than
+``http.server``, which brings ``email``, ``http.client`` and ``ssl`` (~7 MiB of RSS) into a
+process that serves four fixed paths.
 
 - ``/metrics``: Prometheus text exposition of ``vipd.metrics.REGISTRY`` (OpenMetrics when the
   scraper asks for it).
@@ -18,8 +21,10 @@ still answers when the event loop is blocked, and that is how /healthz can say s
   and waits up to ``STATUS_WAIT`` s; a loop too busy to answer in time gets the last document
   built instead (the verdicts in it are fresh either way).
 
-The HTTP thread sleeps in ``select`` on the listening socket and a wake-up pipe, with no
-timeout: an idle endpoint costs no wake-ups (``serve_forever`` polls every ``poll_interval``).
+The accepting thread sleeps in ``select`` on the listening socket and a wake-up pipe, with no
+timeout: an idle endpoint costs no wake-ups. A connection's thread reads requests until the
+client closes, asks to close, or is idle for ``IDLE_TIMEOUT`` s; a client that hangs up before
+its answer is written is its own business and is not logged.
 
 Binding is separate from serving and happens first (`Endpoint.bind`, before vipd joins the
 election): the port is the per-node lock that keeps two vipd instances apart (``vipd
@@ -33,17 +38,16 @@ loop published: plain floats, bools and an immutable snapshot), or block the loo
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import errno
 import json
 import logging
 import os
 import selectors
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import IPv6Address, ip_address
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +57,7 @@ from vipd.host import sdnotify
 if TYPE_CHECKING:
     import asyncio
 
-# asyncio and the metrics (prometheus_client) are imported where they are used: binding the
+# asyncio and the metrics are imported where they are used: binding the
 # port comes first in a start, and the rest of the imports run while the start-up probe
 # waits (vipd.cli), so the lock is taken early and the start is not longer for it.
 
@@ -65,6 +69,11 @@ HEARTBEAT_INTERVAL = 0.5
 HEALTHZ_MAX_AGE = 2.0
 # How long a /status request waits for the loop to build the document (then: the last one).
 STATUS_WAIT = 1.0
+# A connection with no request for this long is closed (a scraper reconnects; a half-open
+# connection does not hold a thread for ever). Prometheus scrapes at most every few seconds.
+IDLE_TIMEOUT = 60.0
+# The request line and headers of a GET: far more than any scraper or probe sends.
+MAX_HEAD = 16 * 1024
 
 
 class ListenError(Exception):
@@ -74,8 +83,8 @@ class ListenError(Exception):
 class Endpoint:
     """What the loop publishes and the HTTP thread reads (single writer, plain values)."""
 
-    def __init__(self, server: ThreadingHTTPServer, listen: str) -> None:
-        self.server = server
+    def __init__(self, sock: socket.socket, listen: str) -> None:
+        self.sock = sock
         self.listen = listen
         self.last_beat = time.monotonic()
         self.ready = False
@@ -89,7 +98,7 @@ class Endpoint:
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        return int(self.sock.getsockname()[1])
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -98,18 +107,25 @@ class Endpoint:
         """Bind ``listen`` ("HOST:PORT", "[V6]:PORT") now, or raise `ListenError`."""
         host, _, port_text = listen.rpartition(":")
         host = host.strip("[]")
-        server_cls = _Server6 if isinstance(ip_address(host), IPv6Address) else _Server
+        family = socket.AF_INET6 if isinstance(ip_address(host), IPv6Address) else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            server = server_cls((host, int(port_text)), _Handler)
+            # SO_REUSEADDR lets a restarted vipd bind while old connections sit in TIME_WAIT;
+            # it does not let two live listeners share the port, so the port is still a lock.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                # "[::]:2112" serves IPv4 too unless the host disabled it (bindv6only).
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((host, int(port_text)))
+            sock.listen(16)
         except OSError as exc:
+            sock.close()
             why = exc.strerror or str(exc)
             hint = ""
             if exc.errno == errno.EADDRINUSE:
                 hint = " (is another vipd running on this node?)"
             raise ListenError(f"cannot listen on {listen} (metrics.listen): {why}{hint}") from None
-        endpoint = cls(server, listen)
-        server.endpoint = endpoint
-        return endpoint
+        return cls(sock, listen)
 
     def start(self) -> None:
         """Serve in a daemon thread (the port is already bound)."""
@@ -120,14 +136,21 @@ class Endpoint:
     def _serve(self) -> None:
         """Accept until `close`: one ``select`` with no timeout, so no periodic wake-up."""
         with selectors.DefaultSelector() as sel:
-            sel.register(self.server.fileno(), selectors.EVENT_READ)
+            sel.register(self.sock.fileno(), selectors.EVENT_READ)
             sel.register(self._wake_r, selectors.EVENT_READ)
             while not self._closing:
                 for key, _ in sel.select():
                     if key.fd == self._wake_r or self._closing:
                         return
-                    # Readable: handle_request's own select returns at once.
-                    self.server.handle_request()
+                    try:
+                        conn, peer = self.sock.accept()
+                    except OSError:
+                        continue  # the client gave up between select and accept
+                    t = threading.Thread(
+                        target=self._connection, args=(conn, peer), name="httpd-conn"
+                    )
+                    t.daemon = True
+                    t.start()
 
     def close(self) -> None:
         self._closing = True
@@ -135,11 +158,47 @@ class Endpoint:
             os.write(self._wake_w, b"x")
             self._thread.join(timeout=5)
             self._thread = None
-        self.server.server_close()
+        self.sock.close()
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:  # a second close is a no-op
                 os.close(fd)
         self._wake_r = self._wake_w = -1
+
+    # -- one connection (its own thread) ---------------------------------------------
+
+    def _connection(self, conn: socket.socket, peer: Any) -> None:
+        try:
+            with conn:
+                conn.settimeout(IDLE_TIMEOUT)
+                _serve_connection(conn, self._answer)
+        except (ConnectionError, TimeoutError):
+            pass  # a client that hung up or went quiet: its own business
+        except Exception as exc:
+            vlog.event(
+                vlog.get(), logging.WARNING, "endpoint request failed",
+                client=str(peer[0]) if peer else "", error=repr(exc),
+            )  # fmt: skip
+
+    def _answer(self, target: str, headers: Mapping[str, str]) -> tuple[int, bytes, str]:
+        """(status code, body, content type) for a GET of ``target``."""
+        path = target.split("?", 1)[0]
+        if path == "/metrics":
+            from vipd import metrics
+            from vipd.exposition import negotiate
+
+            metrics.LOOP_HEARTBEAT_AGE.set(self.heartbeat_age())
+            openmetrics, content_type = negotiate(headers.get("accept", ""))
+            return 200, metrics.REGISTRY.expose(openmetrics), content_type
+        if path == "/healthz":
+            ok, why = self.health()
+            return (200 if ok else 503), f"{why}\n".encode(), "text/plain; charset=utf-8"
+        if path == "/readyz":
+            ok, why = self.readiness()
+            return (200 if ok else 503), f"{why}\n".encode(), "text/plain; charset=utf-8"
+        if path == "/status":
+            body = json.dumps(self.status(), indent=2, default=str) + "\n"
+            return 200, body.encode(), "application/json"
+        return 404, b"not found: try /metrics, /healthz, /readyz or /status\n", "text/plain"
 
     # -- what the loop calls -----------------------------------------------------------
 
@@ -246,71 +305,155 @@ class Endpoint:
         return doc
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # SO_REUSEADDR lets a restarted vipd bind while old connections sit in TIME_WAIT; it
-    # does not let two live listeners share the port, so the port still works as a lock.
-    allow_reuse_address = True
-    endpoint: Endpoint
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """One log line instead of socketserver's traceback on stderr; a client that hung up
-        before its answer was written (a probe's timeout, a `curl` interrupted) is its own
-        business and not logged at all."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError):
+
+def http_date(when: float) -> str:
+    """IMF-fixdate (RFC 9110 section 5.6.7), in English whatever the locale."""
+    t = time.gmtime(when)
+    return (
+        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+    )
+
+
+def response(
+    code: int, body: bytes, content_type: str, *, close: bool, head: bool = False
+) -> bytes:
+    """One HTTP/1.1 response; ``head``: the headers of the GET answer without its body."""
+    lines = [
+        f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}",
+        "Server: vipd",
+        f"Date: {http_date(time.time())}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        "Cache-Control: no-store",
+    ]
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body)
+
+
+class _Reader:
+    """The bytes of one connection, read as they come, split into request heads."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.buf = b""
+
+    def head(self) -> bytes | None:
+        """The next request's line and headers, without the blank line; None at a clean end
+        of the connection (no partial request pending); ValueError when too long."""
+        while True:
+            # Empty lines before a request line are to be ignored (RFC 9112 section 2.2).
+            self.buf = self.buf.lstrip(b"\r\n")
+            end = self.buf.find(b"\r\n\r\n")
+            sep = 4
+            if end < 0:
+                end, sep = self.buf.find(b"\n\n"), 2  # bare LF line ends: RFC 9112 section 2.2
+            if end > MAX_HEAD or (end < 0 and len(self.buf) > MAX_HEAD):
+                raise ValueError("request head too long")
+            if end >= 0:
+                head, self.buf = self.buf[:end], self.buf[end + sep :]
+                return head
+            chunk = self.conn.recv(65536)
+            if not chunk:
+                if self.buf.strip():
+                    raise ConnectionResetError("the client closed mid-request")
+                return None
+            self.buf += chunk
+
+    def skip(self, n: int) -> None:
+        """Read and drop a request body of ``n`` bytes (a GET has none worth reading)."""
+        if n < 0:
+            raise ValueError(f"negative Content-Length {n}")
+        while len(self.buf) < n:
+            chunk = self.conn.recv(65536)
+            if not chunk:
+                raise ConnectionResetError("the client closed mid-body")
+            self.buf += chunk
+        self.buf = self.buf[n:]
+
+
+def parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
+    """(method, target, version, headers with lower-case names) of a request head; ValueError
+    when it is not HTTP/1.x syntax."""
+    lines = head.decode("latin-1").replace("\r\n", "\n").split("\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        raise ValueError(f"bad request line {lines[0][:80]!r}")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise ValueError(f"bad header line {line[:80]!r}")
+        key = name.lower()
+        value = value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return method, target, version, headers
+
+
+def _refuse(conn: socket.socket, code: int, why: bytes) -> None:
+    """Answer an unusable request and end the connection, reading what the client still
+    sends for a moment: closing with unread bytes makes the kernel reset the connection,
+    and a reset can destroy the answer before the client reads it."""
+    conn.sendall(response(code, why, "text/plain", close=True))
+    conn.shutdown(socket.SHUT_WR)
+    conn.settimeout(1.0)
+    with contextlib.suppress(OSError):
+        for _ in range(64):
+            if not conn.recv(65536):
+                break
+
+
+def _serve_connection(
+    conn: socket.socket, answer: Callable[[str, Mapping[str, str]], tuple[int, bytes, str]]
+) -> None:
+    """Answer requests on ``conn`` until it ends: persistent for HTTP/1.1 unless the client
+    says ``Connection: close``, one request for HTTP/1.0 unless it asks to keep it alive."""
+    reader = _Reader(conn)
+    while True:
+        try:
+            head = reader.head()
+        except ValueError:
+            _refuse(conn, 431, b"request head too long\n")
             return
-        vlog.event(
-            vlog.get(), logging.WARNING, "endpoint request failed",
-            client=str(client_address[0]) if client_address else "", error=repr(exc),
-        )  # fmt: skip
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-    def server_bind(self) -> None:
-        # "[::]:2112" serves IPv4 too unless the host disabled it (bindv6only).
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "vipd"
-    sys_version = ""
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        endpoint = self.server.endpoint
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            from prometheus_client.exposition import choose_encoder
-
-            from vipd import metrics
-
-            metrics.LOOP_HEARTBEAT_AGE.set(endpoint.heartbeat_age())
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, encoder(metrics.REGISTRY), content_type)
-        elif path == "/healthz":
-            ok, why = endpoint.health()
-            self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain; charset=utf-8")
-        elif path == "/readyz":
-            ok, why = endpoint.readiness()
-            self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain; charset=utf-8")
-        elif path == "/status":
-            body = json.dumps(endpoint.status(), indent=2, default=str) + "\n"
-            self._send(200, body.encode(), "application/json")
-        else:
-            self._send(404, b"not found: try /metrics, /healthz, /readyz or /status\n")
-
-    def _send(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes and probes are not news: no access log."""
+        if head is None:
+            return
+        try:
+            method, target, version, headers = parse_head(head)
+        except ValueError as exc:
+            _refuse(conn, 400, f"{exc}\n".encode())
+            return
+        if version not in ("HTTP/1.1", "HTTP/1.0"):
+            _refuse(conn, 505, b"HTTP/1.1 only\n")
+            return
+        tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+        close = "close" in tokens or (version == "HTTP/1.0" and "keep-alive" not in tokens)
+        if "transfer-encoding" in headers:
+            # A chunked body we would have to parse to find the next request: not for a GET.
+            _refuse(conn, 400, b"no request bodies\n")
+            return
+        try:
+            reader.skip(int(headers.get("content-length", "0")))
+        except ValueError:
+            _refuse(conn, 400, b"bad Content-Length\n")
+            return
+        if method not in ("GET", "HEAD"):
+            _refuse(conn, 501, b"GET only\n")
+            return
+        code, body, content_type = answer(target, headers)
+        conn.sendall(response(code, body, content_type, close=close, head=method == "HEAD"))
+        if close:
+            return

@@ -5,10 +5,11 @@ What it is: the driver for ``vipd.host.conflict`` (RFC 5227 / RFC 4862 §5.4):
 - ``check(cfg, pre)``: before the election (``vipd check`` and ``vipd run``), send
   ``PROBES`` probes ``PROBE_GAP`` apart on the VIP's interface and collect, for ``WAIT``
   more, the MACs of hosts other than this one that answer for the VIP. A VRRP router
-  holding the VIP (the current leader, vipd or keepalived) answers too, so when someone
-  answered, listen for VRRP adverts of our VRID that carry the VIP for up to 4 advert
-  intervals (a backup's longest Master_Down_Interval is 3 intervals + Skew_Time < 1
-  interval): heard → the VIP is VRRP-managed, go on; not heard → a foreign host has it,
+  holding the VIP (the current leader, vipd or keepalived) answers too, so VRRP adverts of
+  our VRID that carry the VIP are listened for from the first probe on, for up to 4 advert
+  intervals when someone answered (a backup's longest Master_Down_Interval is 3 intervals +
+  Skew_Time < 1 interval); answered and heard ends the probe at once (the verdict cannot
+  change): heard → the VIP is VRRP-managed, go on; not heard → a foreign host has it,
   and vipd refuses to claim it (``vipd check`` exits 2 and says who; ``vipd run`` waits
   and probes again). IPv4 and IPv6 (a DAD Neighbor Solicitation from ``::``). VRRP mode
   only: in Lease mode the current holder is another vipd that sends no adverts.
@@ -75,8 +76,49 @@ def _frames(sock: socket.socket) -> Iterator[bytes]:
         yield data
 
 
-def probe(ifname: str, mac: str, vip: IPv4Address | packet.IPAddress) -> list[str]:
-    """MACs (other than ``mac``) that answered for ``vip`` on ``ifname``."""
+class _Adverts:
+    """Our VRID's adverts carrying one VIP, heard on its family's virtual router."""
+
+    def __init__(self, cfg: Config, pre: Preflight, vip: IPv4Address | IPv6Address) -> None:
+        self.vrid = cfg.election.vrrp.vrid
+        self.vip = vip
+        self.heard: list[str] = []
+        self.transport = Transport(
+            ifname=pre.link.name,
+            ifindex=pre.link.index,
+            source=pre.source_for(vip.version),
+            unicast_peers=pre.peers_for(vip.version),
+        )
+
+    def fileno(self) -> int:
+        return self.transport.fileno()
+
+    def read(self) -> None:
+        for item in self.transport.receive():
+            if isinstance(item, packet.DecodeError):
+                continue
+            try:
+                advert, _ = packet.decode(item.message, item.src, item.dst)
+            except packet.DecodeError:
+                continue
+            ours = advert.vrid == self.vrid and self.vip in advert.addresses
+            if ours and advert.priority and str(item.src) not in self.heard:
+                self.heard.append(str(item.src))
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def probe(
+    ifname: str,
+    mac: str,
+    vip: IPv4Address | packet.IPAddress,
+    adverts: _Adverts | None = None,
+) -> list[str]:
+    """MACs (other than ``mac``) that answered for ``vip`` on ``ifname``. With ``adverts``,
+    our VRID's adverts are listened for meanwhile, and the probe ends as soon as someone
+    answered and a VRRP router advertises the VIP: the verdict (not foreign) cannot change
+    after that, whoever else answers, so waiting out the window would only delay the start."""
     own = parse_mac(mac)
     frame = probe_frame(own, vip)
     ethertype = ETH_P_ARP if isinstance(vip, IPv4Address) else ETH_P_IPV6
@@ -84,16 +126,19 @@ def probe(ifname: str, mac: str, vip: IPv4Address | packet.IPAddress) -> list[st
     with contextlib.closing(_open(ifname, ethertype)) as sock:
         end = time.monotonic() + PROBES * PROBE_GAP + WAIT
         sent, next_probe = 0, time.monotonic()
+        readable: list[socket.socket | _Adverts] = [sock] if adverts is None else [sock, adverts]
         while True:
             now = time.monotonic()
             if sent < PROBES and now >= next_probe:
                 sock.send(frame)
                 sent += 1
                 next_probe = now + PROBE_GAP
-            if now >= end:
+            if now >= end or (found and adverts is not None and adverts.heard):
                 break
             wake = min(end, next_probe) if sent < PROBES else end
-            select.select([sock], [], [], max(0.0, wake - now))
+            select.select(readable, [], [], max(0.0, wake - now))
+            if adverts is not None:
+                adverts.read()
             for data in _frames(sock):
                 claimant = parse_claim(data, vip)
                 if claimant is not None and claimant != own:
@@ -104,47 +149,56 @@ def probe(ifname: str, mac: str, vip: IPv4Address | packet.IPAddress) -> list[st
 
 
 def vrrp_routers(
-    cfg: Config, pre: Preflight, timeout: float, vip: IPv4Address | IPv6Address | None = None
+    cfg: Config,
+    pre: Preflight,
+    timeout: float,
+    vip: IPv4Address | IPv6Address | None = None,
+    adverts: _Adverts | None = None,
 ) -> list[str]:
     """Sources of valid-looking adverts of our VRID carrying ``vip`` (default: the first
-    VIP), heard in ``timeout`` on its family's virtual router."""
-    v = cfg.election.vrrp
-    vip = cfg.vip if vip is None else vip
-    heard: list[str] = []
-    transport = Transport(
-        ifname=pre.link.name,
-        ifindex=pre.link.index,
-        source=pre.source_for(vip.version),
-        unicast_peers=pre.peers_for(vip.version),
+    VIP), heard in ``timeout`` on its family's virtual router (on ``adverts``, which may
+    have heard some already, when given)."""
+    listener = (
+        adverts if adverts is not None else _Adverts(cfg, pre, cfg.vip if vip is None else vip)
     )
     try:
         end = time.monotonic() + timeout
-        while not heard and (left := end - time.monotonic()) > 0:
-            select.select([transport.fileno()], [], [], left)
-            for item in transport.receive():
-                if isinstance(item, packet.DecodeError):
-                    continue
-                try:
-                    advert, _ = packet.decode(item.message, item.src, item.dst)
-                except packet.DecodeError:
-                    continue
-                if advert.vrid == v.vrid and vip in advert.addresses and advert.priority:
-                    heard.append(str(item.src))
+        while not listener.heard and (left := end - time.monotonic()) > 0:
+            select.select([listener], [], [], left)
+            listener.read()
     finally:
-        transport.close()
-    return heard
+        if adverts is None:
+            listener.close()
+    return list(listener.heard)
 
 
 def check(cfg: Config, pre: Preflight) -> Conflict:
     """Probe for each VIP; if someone answers, see whether a VRRP router of ours explains it.
     The first foreign conflict is returned, else the first VIP that was answered (held by
-    one of our routers), else the first VIP's empty result."""
+    one of our routers), else the first VIP's empty result.
+
+    The adverts are listened for from the first probe on, not after the probe: the holder's
+    next advert (up to one interval away) then arrives during the probe window instead of
+    after it, and the bound on listening (4 intervals) counts from the first probe."""
     results: list[Conflict] = []
+    vrrp = cfg.election.mode == "vrrp"
     for vip in cfg.vips:
-        macs = tuple(probe(pre.link.name, pre.link.mac, vip))
-        heard: tuple[str, ...] = ()
-        if macs and cfg.election.mode == "vrrp":
-            heard = tuple(vrrp_routers(cfg, pre, 4 * cfg.election.vrrp.advert_interval, vip))
+        adverts: _Adverts | None = None
+        if vrrp:
+            with contextlib.suppress(OSError):  # then listened for after the probe, as before
+                adverts = _Adverts(cfg, pre, vip)
+        try:
+            started = time.monotonic()
+            macs = tuple(probe(pre.link.name, pre.link.mac, vip, adverts))
+            heard: tuple[str, ...] = ()
+            if macs and vrrp:
+                bound = 4 * cfg.election.vrrp.advert_interval
+                if adverts is not None:
+                    bound = max(0.0, bound - (time.monotonic() - started))
+                heard = tuple(vrrp_routers(cfg, pre, bound, vip, adverts))
+        finally:
+            if adverts is not None:
+                adverts.close()
         found = Conflict(vip, pre.link.name, macs, heard)
         if found.foreign:
             return found

@@ -103,6 +103,10 @@ def python_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = _SOURCE_ROOT + (os.pathsep + path if path else "")
     env["PYTHONUNBUFFERED"] = "1"  # logs reach their files as they happen, not at exit
+    # `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH: a bench
+    # run from a checkout would start that checkout's vipd/ instead of its snapshot (or of
+    # the --base tree). Without it, PYTHONPATH alone says which vipd runs.
+    env["PYTHONSAFEPATH"] = "1"
     if extra:
         env.update(extra)
     return env
