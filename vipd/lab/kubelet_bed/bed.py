@@ -43,6 +43,7 @@ import yaml
 
 from vipd.lab.kubebed import binaries
 from vipd.lab.kubelet_bed import images
+from vipd.lab.kubelet_bed.clients import COLUMNS, PodWatch, ReadyzLoop
 from vipd.lab.kubelet_bed.node import CONTAINERD_SOCKET, Machine, MachineError
 from vipd.lab.podman import Podman
 from vipd.lab.prober import Prober
@@ -54,6 +55,12 @@ API_PORT = 6443
 POD_SUBNET = "10.244.0.0/16"
 SERVICE_SUBNET = "10.96.0.0/12"
 VIPD_IMAGE = "localhost/vipd:kubelet-bed"
+# The "new release" an image roll applies: a second tag of the same locally built image (same
+# layers; the DaemonSet's spec changes, so every pod is replaced as for a real upgrade).
+VIPD_IMAGE_NEXT = "localhost/vipd:kubelet-bed-next"
+# An image no node has and no registry serves: DaemonSet pods that never come up.
+VIPD_IMAGE_MISSING = "localhost/vipd:kubelet-bed-missing"
+DAEMONSET_SELECTOR = "app.kubernetes.io/component=daemonset"
 # The lab's responder on every node: the 2 ms prober through the VIP learns who answers (the
 # API server's TLS port says nothing before a handshake). Part of the instrument, not of the
 # node: it runs in the node's network namespace, outside its PID namespace.
@@ -216,6 +223,8 @@ class KubeletBed:
         self.machines: dict[str, Machine] = {}
         self.responders: list[Responder] = []
         self.prober: Prober | None = None
+        self.kubectl_loop: ReadyzLoop | None = None
+        self.pod_watch: PodWatch | None = None
         self.events: list[tuple[float, str]] = []  # (monotonic, what) for the timeline
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -252,6 +261,7 @@ class KubeletBed:
             specs,
             self.kube_bin,
             vipd_image=VIPD_IMAGE,
+            vipd_tags=(VIPD_IMAGE_NEXT,),
             source_root=Path(__file__).resolve().parents[3],
         )
         self.note(f"images ready in {time.monotonic() - t0:.1f} s: {', '.join(names)}")
@@ -276,6 +286,10 @@ class KubeletBed:
     def teardown(self) -> None:
         if self.prober is not None:
             self.prober.stop()
+        if self.kubectl_loop is not None:
+            self.kubectl_loop.stop()
+        if self.pod_watch is not None:
+            self.pod_watch.stop()
         for machine in self.machines.values():
             try:
                 machine.remove()
@@ -312,12 +326,12 @@ class KubeletBed:
             "garp": {"repeat": 3, "interval": 0.01},
         }
 
-    def render(self, kind: str, *extra: str) -> str:
+    def render(self, kind: str, *extra: str, image: str = VIPD_IMAGE) -> str:
         """``vipd manifest KIND`` for the bed's config, as a user runs it."""
         cfg = self.lab.workdir / "vipd.yaml"
         cfg.write_text(yaml.safe_dump(self.vipd_config()))
         proc = subprocess.run(
-            python_argv("vipd", "manifest", kind, "--config", str(cfg), "--image", VIPD_IMAGE,
+            python_argv("vipd", "manifest", kind, "--config", str(cfg), "--image", image,
                         *extra),
             capture_output=True, text=True, timeout=60, check=False, env=python_env(),
         )  # fmt: skip
@@ -438,17 +452,34 @@ class KubeletBed:
 
     # -- the handover to the DaemonSet ---------------------------------------------------
 
-    def apply_daemonset(self) -> None:
-        """The rendered DaemonSet, placed by a node label so nodes hand over one by one."""
+    def apply_daemonset(self, image: str = VIPD_IMAGE, *, server: str | None = None) -> None:
+        """The rendered DaemonSet, placed by a node label so nodes hand over one by one (a
+        new ``image``: the upgrade docs/install.md describes, ``vipd manifest daemonset
+        --image NEW`` and ``kubectl apply``)."""
         path = self.lab.workdir / "vipd-daemonset.yaml"
-        path.write_text(self.render("daemonset", "--node-label", ADOPT_LABEL))
-        self.kubectl("apply", "-f", str(path))
+        path.write_text(self.render("daemonset", "--node-label", ADOPT_LABEL, image=image))
+        self.kubectl("apply", "-f", str(path), server=server)
 
-    def vipd_pods(self) -> dict[str, dict[str, Any]]:
+    def rollout_status(self, timeout: float = 300.0, *, server: str | None = None) -> str:
+        """``kubectl -n kube-system rollout status ds/vipd`` (MachineError if it fails)."""
+        proc = self.lab.exec(
+            self.lab.client_ns,
+            self.kubectl_argv("-n", "kube-system", "rollout", "status", "ds/vipd",
+                              f"--timeout={int(timeout)}s", server=server, timeout=timeout),
+            timeout=timeout + 10, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise MachineError(f"rollout status ds/vipd: {(proc.stderr or proc.stdout).strip()}")
+        return proc.stdout
+
+    def static_manifest(self, name: str) -> Path:
+        return self.machines[name].root / "etc/kubernetes/manifests/vipd.yaml"
+
+    def vipd_pods(self, *, server: str | None = None) -> dict[str, dict[str, Any]]:
         """The DaemonSet's pods by node name."""
         data = json.loads(
-            self.kubectl("get", "pods", "-n", "kube-system", "-l",
-                         "app.kubernetes.io/component=daemonset", "-o", "json")
+            self.kubectl("get", "pods", "-n", "kube-system", "-l", DAEMONSET_SELECTOR,
+                         "-o", "json", server=server)
         )  # fmt: skip
         return {p["spec"].get("nodeName", ""): p for p in data["items"]}
 
@@ -476,24 +507,52 @@ class KubeletBed:
     # -- the client's view ---------------------------------------------------------------
 
     def start_client(self) -> Prober:
-        """Responders on the nodes and the 2 ms TCP prober through the VIP."""
+        """Responders on the nodes, the 2 ms TCP prober through the VIP, kubectl's /readyz
+        through the VIP in a loop, and a watch on the DaemonSet's pods."""
         for node in self.lab.nodes:
             responder = Responder(self.lab, node, WHO_PORT)
             responder.start()
             self.responders.append(responder)
         self.prober = Prober(self.lab, self.vip, WHO_PORT)
         self.prober.start()
+        self.kubectl_loop = ReadyzLoop(self.readyz)
+        self.kubectl_loop.start()
+        # Against n3's own API server: the VIP moves under a watch through it. (n3 is never the
+        # node the flow reboots while it needs the watch: the roll comes before the reboot.)
+        self.pod_watch = PodWatch(
+            self.lab,
+            self.kubectl_argv("get", "pods", "-n", "kube-system", "-l", DAEMONSET_SELECTOR,
+                              "-w", "--no-headers", "-o", f"custom-columns={COLUMNS}",
+                              server=self.server("n3"), timeout=0),
+        )  # fmt: skip
+        self.pod_watch.start()
         return self.prober
 
     def client_kubeconfig(self) -> Path:
         """n1's admin.conf (server: the VIP), for the client namespace."""
         return self.machines["n1"].root / "etc/kubernetes/admin.conf"
 
-    def kubectl(self, *args: str, timeout: float = 30.0, check: bool = True) -> str:
+    def server(self, name: str) -> str:
+        """Node ``name``'s own API server, for kubectl when the VIP may not answer."""
+        return f"https://{self.lab.node(name).ipv4}:{API_PORT}"
+
+    def kubectl_argv(
+        self, *args: str, server: str | None = None, timeout: float = 30.0
+    ) -> list[str]:
+        """kubectl in the client namespace: through the VIP (admin.conf), or ``server``;
+        ``timeout`` 0 for none (a watch)."""
+        where = ["--server", server] if server else []
+        if timeout > 0:
+            where += ["--request-timeout", f"{max(1, int(timeout))}s"]
+        return [str(self.kube_bin / "kubectl"), "--kubeconfig", str(self.client_kubeconfig()),
+                *where, *args]  # fmt: skip
+
+    def kubectl(
+        self, *args: str, timeout: float = 30.0, check: bool = True, server: str | None = None
+    ) -> str:
         proc = self.lab.exec(
             self.lab.client_ns,
-            [str(self.kube_bin / "kubectl"), "--kubeconfig", str(self.client_kubeconfig()),
-             "--request-timeout", f"{max(1, int(timeout))}s", *args],
+            self.kubectl_argv(*args, server=server, timeout=timeout),
             timeout=timeout + 5, check=check,
         )  # fmt: skip
         return proc.stdout
@@ -514,8 +573,8 @@ class KubeletBed:
             time.sleep(0.5)
         raise MachineError(f"/readyz through the VIP did not answer in {timeout:.0f} s")
 
-    def nodes_ready(self) -> dict[str, bool]:
-        data = json.loads(self.kubectl("get", "nodes", "-o", "json"))
+    def nodes_ready(self, *, server: str | None = None) -> dict[str, bool]:
+        data = json.loads(self.kubectl("get", "nodes", "-o", "json", server=server))
         out = {}
         for item in data["items"]:
             conds = {c["type"]: c["status"] for c in item["status"].get("conditions", [])}
