@@ -22,7 +22,7 @@ locally built vipd image, applied as docs/install.md says, ``rollout status``). 
 
 kube-vip is not run: its module did not build here (the Go checksum database has no record of
 its v1.0.0 or v0.9.2 module, and ``go`` refuses unverified modules). Beside the numbers the
-table quotes its documented behaviour for the same handover instead.
+table states what its code does at the same handover instead (``KUBE_VIP``).
 
 It writes ``handover.json`` (every move, the environment, the command) and ``handover.md``
 (p50 / max per kind). One bed takes about 3 minutes to come up on this shared 2-core machine;
@@ -51,8 +51,11 @@ from vipd.lab.kubeadm_flow import Step, adopt_all, roll, withdrawn  # noqa: E402
 from vipd.lab.kubelet_bed.bed import KubeletBed, usable  # noqa: E402
 
 KUBE_VIP = (
-    "kube-vip (not run here): its documented upgrade path from the static pod to the "
-    'DaemonSet: the first sync "drops the VIP for a few seconds"'
+    "kube-vip, not run here (its module did not build): its StartCluster removes any VIP "
+    'already on the interface before it campaigns ("(attempt to) Remove the virtual IP, in '
+    'case it already exists", pkg/cluster/clusterLeaderElection.go), so each of its pods '
+    "that starts on the holder drops the VIP until it has won the Lease election again "
+    "(a round trip to the API server at best): not a make-before-break handover"
 )
 
 
@@ -84,7 +87,7 @@ def summarise(moves: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def one_run(election: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One bed: adopt then roll. (every step, every move)."""
+    """One bed: adopt then roll: (every step, every move)."""
     with KubeletBed("vrrp" if election == "vrrp" else "lease") as bed:
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()

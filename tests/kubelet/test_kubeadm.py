@@ -28,6 +28,7 @@ from vipd.lab.kubeadm_flow import (
     Step,
     adopt_all,
     bad_image_recovery,
+    failover_bound,
     reboot_leader,
     roll,
 )
@@ -92,6 +93,15 @@ def test_daemonset_adopts_node_by_node_leader_last(cluster: Cluster) -> None:
     assert [s.node for s in steps][-1] == leader
     assert sorted(s.node for s in steps) == ["n1", "n2", "n3"]
     _judge(steps)
+    for s in steps:
+        # The static vipd stopped gracefully before the DaemonSet's started on that node:
+        # the per-node lock (the metrics port) and adopt's wait, on the real kubelet.
+        assert s.static_exit == 0, s
+        assert s.static_to_daemonset_s is not None and s.static_to_daemonset_s >= 0, s
+    (moved,) = [s for s in steps if s.moves]
+    # The leader's handover is graceful: the client's gap stays within the failover bound
+    # (Master_Down_Interval + margin in VRRP), never a timeout's worth.
+    assert moved.gap_s <= failover_bound(bed), moved
     assert set(bed.vipd_pods()) == {"n1", "n2", "n3"}
     for name in ("n1", "n2", "n3"):
         assert not bed.static_manifest(name).exists()

@@ -220,7 +220,7 @@ def test_kubeadm_flow_withdrawn_claims_are_not_moves_and_the_report_renders() ->
             "summary": {"ok": True, "problems": []},
         }
     )  # fmt: skip
-    assert "| adopt | n1 | 4.2 | n1 → n2 | 1 | 60 | 0 | 1/14 |" in text
+    assert "| adopt | n1 | 4.2 | n1 → n2 | 1 | 60 | 0 | 1/14 | None, None |" in text
     assert "n1 +VIP" in text and text.endswith("ok")
 
 
@@ -261,12 +261,41 @@ def test_kubeadm_flow_holders_replay_and_roll_windows() -> None:
         roll_windows(seen[:-1], old, "new", 0.5, 10.0)
 
 
-def test_vipd_lab_kubeadm_is_vrrp_only() -> None:
+def test_kubelet_bed_reads_containerd_times_and_judges_the_static_exit() -> None:
+    from vipd.lab.kubeadm_flow import Step
+    from vipd.lab.kubelet_bed.bed import rfc3339
+
+    assert rfc3339("1970-01-01T00:00:01.5Z") == 1.5
+    assert rfc3339("1970-01-01T00:00:02.000000123Z") == pytest.approx(2.000000123)
+    assert rfc3339("1970-01-01T00:00:03Z") == 3.0
+    assert rfc3339("0001-01-01T00:00:00Z") == 0.0 and rfc3339("") == 0.0
+    step = Step("adopt", "n2", 3.0, ["n1"], ["n1"], [], 0, 0.02, 0, 10, 0)
+    step.static_exit, step.static_to_daemonset_s = 0, 0.8
+    assert step.problems() == []
+    step.static_exit, step.static_to_daemonset_s = 137, -0.2
+    assert step.problems() == [
+        "adopt n2: the static vipd exited 137",
+        "adopt n2: the static and the DaemonSet vipd ran at once",
+    ]
+
+
+def test_vipd_lab_kubeadm_passes_the_election_on(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from vipd.lab import runner
+    from vipd.lab import kubeadm_flow, runner
 
+    seen: list[dict[str, object]] = []
+
+    def fake_run(**kw: object) -> int:
+        seen.append(kw)
+        return 0
+
+    monkeypatch.setattr(kubeadm_flow, "run", fake_run)
     parser = argparse.ArgumentParser()
     runner.add_arguments(parser)
-    args = parser.parse_args(["--kubeadm", "--election", "lease"])
-    assert runner.run(args) == 2
+    for mode in ("lease", "vrrp"):
+        assert runner.run(parser.parse_args(["--kubeadm", "--election", mode, "--json"])) == 0
+    assert seen == [
+        {"as_json": True, "keep": False, "election": "lease"},
+        {"as_json": True, "keep": False, "election": "vrrp"},
+    ]

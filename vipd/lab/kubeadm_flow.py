@@ -27,10 +27,12 @@ running until interrupted, then tears it down).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from vipd.lab.kubelet_bed.bed import (
     VIPD_IMAGE,
     VIPD_IMAGE_MISSING,
     VIPD_IMAGE_NEXT,
+    Election,
     KubeletBed,
     usable,
 )
@@ -56,6 +59,8 @@ OVERLAP_LIMIT = 0.1
 POWER_LOSS_LIMIT = 60.0
 # On top of a protocol bound: a shared, noisy 2-core machine (as tests/netns/test_chaos.py).
 MARGIN = 0.5
+# Lease mode: the same, with three API servers and etcd members in the loop (as tests/kube).
+LEASE_MARGIN = 1.5
 
 
 def withdrawn(claim: AddrEvent, events: Sequence[AddrEvent]) -> bool:
@@ -109,6 +114,10 @@ class Step:
     kubectl_tries: int
     kubectl_failed: int  # ``kubectl get --raw /readyz`` through the VIP that failed
     start: float = 0.0  # time.monotonic() when the step began (its window: took_s from it)
+    # adopt only: the static vipd's exit code, and the DaemonSet vipd's start minus the
+    # static one's finish (negative: both ran at once), from the node's containerd.
+    static_exit: int | None = None
+    static_to_daemonset_s: float | None = None
 
     def problems(self) -> list[str]:
         out = []
@@ -119,6 +128,10 @@ class Step:
             out.append(f"{what}: the VIP moved {self.moves} times")
         if self.node not in self.before and self.after != self.before:
             out.append(f"{what} (a follower): the VIP moved {self.before}→{self.after}")
+        if self.static_exit not in (0, None):
+            out.append(f"{what}: the static vipd exited {self.static_exit}")
+        if self.static_to_daemonset_s is not None and self.static_to_daemonset_s < 0:
+            out.append(f"{what}: the static and the DaemonSet vipd ran at once")
         if self.kubectl_failed > self.moves:
             out.append(
                 f"{what}: kubectl through the VIP failed {self.kubectl_failed} times "
@@ -167,11 +180,65 @@ def adopt_all(bed: KubeletBed, watch: AddressWatch) -> list[Step]:
     (leader,) = bed.holders()
     steps = []
     for name in [n for n in ("n1", "n2", "n3") if n != leader] + [leader]:
+        static = StaticWatch(bed, name)
+        static.start()
         t0 = time.monotonic()
-        bed.adopt(name)
+        try:
+            bed.adopt(name)
+        finally:
+            static.stop()
         time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
-        steps.append(measure(bed, watch, kind="adopt", node=name, start=t0, end=time.monotonic()))
+        step = measure(bed, watch, kind="adopt", node=name, start=t0, end=time.monotonic())
+        step.static_exit, step.static_to_daemonset_s = static.handover()
+        steps.append(step)
     return steps
+
+
+class StaticWatch:
+    """Node ``name``'s static vipd container (pod ``vipd-<node>``), inspected every 0.1 s
+    until it has exited: the kubelet's garbage collection may remove a deleted pod's
+    containers at its next pass, so its exit code and finish are caught as they happen."""
+
+    def __init__(self, bed: KubeletBed, name: str) -> None:
+        self.bed = bed
+        self.name = name
+        running = [c for c in bed.vipd_containers(name)
+                   if c["pod"] == f"vipd-{name}" and c["state"] == "CONTAINER_RUNNING"]  # fmt: skip
+        self.id: str | None = running[0]["id"] if running else None
+        self.exited: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"static-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self.id is not None and not self._stop.is_set():
+            with contextlib.suppress(MachineError, subprocess.TimeoutExpired, ValueError):
+                seen = self.bed.container(self.name, self.id)
+                if seen is not None and seen["state"] == "CONTAINER_EXITED":
+                    self.exited = seen
+                    return
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        # adopt returns once the static manifest is gone and the DaemonSet pod is ready, so
+        # the static vipd has exited by then: one more look, then give up.
+        self._thread.join(timeout=5)
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def handover(self) -> tuple[int | None, float | None]:
+        """(the static vipd's exit code, the DaemonSet vipd's start minus the static one's
+        finish); (None, None) if the static one was never seen exited."""
+        if self.exited is None:
+            return None, None
+        daemon = [c for c in self.bed.vipd_containers(self.name)
+                  if c["pod"] != f"vipd-{self.name}" and c["started"]]  # fmt: skip
+        if not daemon:
+            return self.exited["exit_code"], None
+        first = min(daemon, key=lambda c: c["started"])
+        return self.exited["exit_code"], round(first["started"] - self.exited["finished"], 3)
 
 
 def roll_windows(
@@ -230,9 +297,15 @@ class Reboot:
 
 
 def failover_bound(bed: KubeletBed) -> float:
-    """The failover bound the bed's config promises: Master_Down_Interval (RFC 9568
-    section 6.1) at the configured priority, plus the lab's margin for this machine."""
-    vrrp = bed.vipd_config()["election"]["vrrp"]
+    """The failover bound the bed's config promises, plus the lab's margin for this machine.
+    VRRP: Master_Down_Interval (RFC 9568 section 6.1) at the configured priority. Lease: a
+    follower acquires once ``duration`` has passed without a renewal and tries every
+    ``retry_period`` (client-go's leaderelection semantics, which vipd's Lease follows)."""
+    election = bed.vipd_config()["election"]
+    if election["mode"] == "lease":
+        lease = election["lease"]
+        return float(lease["duration"]) + float(lease["retry_period"]) + LEASE_MARGIN
+    vrrp = election["vrrp"]
     interval_cs = round(float(vrrp["advert_interval"]) * 100)
     priority = int(vrrp.get("priority", 100))
     return master_down_interval(3, priority, interval_cs) + MARGIN
@@ -318,12 +391,36 @@ def _wait(what: str, cond: Callable[[], bool], timeout: float) -> float:
 class Recovery:
     static_on: str
     vip_gone_after_s: float  # from deleting the vipd pods
+    waiting: list[str]  # why the new pods' containers wait (ErrImagePull, ...)
     readyz_failed_without_vip: bool
     vip_back_after_s: float  # from writing the static manifest back
     holder_on_static: list[str]
     adopted_after_s: float  # from fixing the image to the static manifest gone again
     holders_after: list[str]
     problems: list[str]
+
+
+def _waiting_reasons(bed: KubeletBed, server: str, timeout: float = 60.0) -> list[str]:
+    """Each DaemonSet pod's first waiting (init) container and its reason, once every pod
+    has one: what ``kubectl get pods`` shows an operator of pods that cannot start."""
+    t0 = time.monotonic()
+    reasons: list[str] = []
+    while time.monotonic() - t0 < timeout:
+        reasons = []
+        for node, pod in sorted(bed.vipd_pods(server=server).items()):
+            status = pod.get("status", {})
+            for c in [
+                *status.get("initContainerStatuses", []),
+                *status.get("containerStatuses", []),
+            ]:
+                reason = c.get("state", {}).get("waiting", {}).get("reason")
+                if reason and reason != "PodInitializing":
+                    reasons.append(f"{node}: {c['name']} {reason}")
+                    break
+        if len(reasons) == 3:
+            break
+        time.sleep(1)
+    return reasons
 
 
 def bad_image_recovery(bed: KubeletBed, static_on: str = "n1") -> Recovery:
@@ -341,6 +438,7 @@ def bad_image_recovery(bed: KubeletBed, static_on: str = "n1") -> Recovery:
     bed.note("bad image: vipd pods deleted, their successors cannot start")
     gone = _wait("the VIP gone", lambda: bed.holders() == [], 120)
     bed.note(f"bad image: no node holds the VIP ({gone:.1f} s after the delete)")
+    waiting = _waiting_reasons(bed, server)
     failed = not bed.readyz()
     if not failed:
         problems.append("bad image: /readyz through the VIP answered with no VIP")
@@ -367,6 +465,7 @@ def bad_image_recovery(bed: KubeletBed, static_on: str = "n1") -> Recovery:
     return Recovery(
         static_on=static_on,
         vip_gone_after_s=round(gone, 3),
+        waiting=waiting,
         readyz_failed_without_vip=failed,
         vip_back_after_s=round(back, 3),
         holder_on_static=on_static,
@@ -376,14 +475,14 @@ def bad_image_recovery(bed: KubeletBed, static_on: str = "n1") -> Recovery:
     )
 
 
-def run(*, as_json: bool, keep: bool) -> int:
+def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
     why = usable()
     if why is not None:
         print(f"vipd lab --kubeadm: cannot run here: {why}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"lab": {"mode": "kubeadm", "election": "vrrp"}}
+    report: dict[str, Any] = {"lab": {"mode": "kubeadm", "election": election}}
     problems: list[str] = []
-    with KubeletBed("vrrp") as bed:
+    with KubeletBed(election) as bed:
         report["lab"].update({"kubernetes": bed.version, "workdir": str(bed.lab.workdir)})
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()
@@ -451,6 +550,12 @@ def run(*, as_json: bool, keep: bool) -> int:
     return 0 if not problems else 1
 
 
+def _static(step: dict[str, Any]) -> str:
+    if step.get("kind") != "adopt":
+        return "-"
+    return f"{step.get('static_exit')}, {step.get('static_to_daemonset_s')}"
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [f"vipd lab --kubeadm on Kubernetes {report['lab'].get('kubernetes', '?')}", ""]
     lines += [f"{row['t_s']:9.3f} s  {row['what']}" for row in report.get("timeline", [])]
@@ -462,14 +567,15 @@ def render(report: dict[str, Any]) -> str:
         "started",
         "",
         "| step | node | took s | holder before → after | VIP moves | client longest gap ms "
-        "| failed connects | kubectl failed/tries |",
-        "|---|---|---:|---|---:|---:|---:|---:|",
+        "| failed connects | kubectl failed/tries | static vipd exit, DaemonSet vipd started s "
+        "after it |",
+        "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
     for s in [*report.get("adopt", []), *report.get("roll", [])]:
         lines.append(
             f"| {s['kind']} | {s['node']} | {s['took_s']:.1f} | {','.join(s['before'])} → "
             f"{','.join(s['after'])} | {s['moves']} | {s['gap_s'] * 1000:.0f} | {s['failed']} "
-            f"| {s['kubectl_failed']}/{s['kubectl_tries']} |"
+            f"| {s['kubectl_failed']}/{s['kubectl_tries']} | {_static(s)} |"
         )
     r = report.get("reboot")
     if r:

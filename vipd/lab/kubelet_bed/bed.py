@@ -27,6 +27,7 @@ namespaces or cgroups behind after ``teardown``.
 from __future__ import annotations
 
 import concurrent.futures
+import datetime as dt
 import hashlib
 import json
 import os
@@ -61,6 +62,9 @@ VIPD_IMAGE_NEXT = "localhost/vipd:kubelet-bed-next"
 # An image no node has and no registry serves: DaemonSet pods that never come up.
 VIPD_IMAGE_MISSING = "localhost/vipd:kubelet-bed-missing"
 DAEMONSET_SELECTOR = "app.kubernetes.io/component=daemonset"
+LEASE_TIMING = {"duration": 5, "renew_deadline": 3.0, "retry_period": 1.0}
+SUPER_ADMIN_CONF = "/etc/kubernetes/super-admin.conf"
+ADMIN_CONF = "/etc/kubernetes/admin.conf"
 # The lab's responder on every node: the 2 ms prober through the VIP learns who answers (the
 # API server's TLS port says nothing before a handshake). Part of the instrument, not of the
 # node: it runs in the node's network namespace, outside its PID namespace.
@@ -316,13 +320,18 @@ class KubeletBed:
         )
 
     def vipd_config(self) -> dict[str, Any]:
-        """One config for every node's vipd (each pod's identity is its node name)."""
-        if self.election != "vrrp":
-            raise NotImplementedError("the kubelet bed runs VRRP mode only so far")
+        """One config for every node's vipd (each pod's identity is its node name). Lease
+        mode: the timings 5/3/1 (as tests/kube), no kubeconfig (the static pod's comes from
+        the host, the DaemonSet's is its ServiceAccount), the node's own API server."""
+        election: dict[str, Any] = (
+            {"mode": "vrrp", "vrrp": {"vrid": 51, "advert_interval": 0.1}}
+            if self.election == "vrrp"
+            else {"mode": "lease", "lease": dict(LEASE_TIMING)}
+        )
         return {
             "vip": self.vip,
             "interface": "eth0",
-            "election": {"mode": "vrrp", "vrrp": {"vrid": 51, "advert_interval": 0.1}},
+            "election": election,
             "garp": {"repeat": 3, "interval": 0.01},
         }
 
@@ -348,10 +357,14 @@ class KubeletBed:
         )
         return patches
 
-    def write_static_pod(self, machine: Machine) -> None:
+    def write_static_pod(self, machine: Machine, *, super_admin: bool = False) -> None:
+        """``vipd manifest pod`` into the node's manifests (``--super-admin``: Lease mode on
+        the ``kubeadm init`` node, Kubernetes >= 1.29, where admin.conf is not yet
+        authorised)."""
         manifests = machine.root / "etc/kubernetes/manifests"
         manifests.mkdir(parents=True, exist_ok=True)
-        (manifests / "vipd.yaml").write_text(self.render("pod"))
+        extra = ("--super-admin",) if super_admin else ()
+        (manifests / "vipd.yaml").write_text(self.render("pod", *extra))
 
     # -- bootstrap -----------------------------------------------------------------------
 
@@ -370,7 +383,8 @@ class KubeletBed:
 
     def init(self) -> None:
         first = self.machines["n1"]
-        self.write_static_pod(first)
+        lease = self.election == "lease"
+        self.write_static_pod(first, super_admin=lease)
         cfg = first.dir / "kubeadm-init.yaml"
         cfg.write_text(
             init_config(
@@ -387,6 +401,31 @@ class KubeletBed:
         self.note(f"n1: kubeadm init done in {time.monotonic() - t0:.1f} s")
         took = self.wait_settled(["n1"])
         self.note(f"n1: Ready, its API server ready {took:.1f} s later")
+        if lease:
+            self.back_to_admin_conf(first)
+
+    def back_to_admin_conf(self, machine: Machine, timeout: float = 120.0) -> None:
+        """After ``kubeadm init``: the static pod back on admin.conf, with the command the
+        rendered manifest's header and docs/install.md give; then until the kubelet has
+        replaced the static vipd (a new container, running) and the VIP answers again."""
+
+        def vipd_ids() -> set[str]:
+            out = json.loads(machine.crictl("ps", "-o", "json", "--name", "^vipd$"))
+            return {c["id"] for c in out["containers"]}
+
+        before = vipd_ids()
+        machine.run(["sed", "-i", f"s#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#",
+                     "/etc/kubernetes/manifests/vipd.yaml"])  # fmt: skip
+        self.note(f"{machine.name}: vipd's static pod switched from super-admin.conf to admin.conf")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            now = vipd_ids()
+            if now and not now & before and len(self.holders()) == 1 and self.readyz():
+                self.note(f"{machine.name}: static vipd restarted on admin.conf, VIP held, "
+                          f"{time.monotonic() - t0:.1f} s")  # fmt: skip
+                return
+            time.sleep(0.5)
+        raise MachineError(f"{machine.name}: static vipd not restarted in {timeout:.0f} s")
 
     def ca_hash(self) -> str:
         """``sha256:<hex>`` of the cluster CA's public key, as ``kubeadm join`` checks it."""
@@ -456,6 +495,10 @@ class KubeletBed:
         """The rendered DaemonSet, placed by a node label so nodes hand over one by one (a
         new ``image``: the upgrade docs/install.md describes, ``vipd manifest daemonset
         --image NEW`` and ``kubectl apply``)."""
+        if self.election == "lease":
+            rbac = self.lab.workdir / "vipd-rbac.yaml"
+            rbac.write_text(self.render("rbac", image=image))
+            self.kubectl("apply", "-f", str(rbac), server=server)
         path = self.lab.workdir / "vipd-daemonset.yaml"
         path.write_text(self.render("daemonset", "--node-label", ADOPT_LABEL, image=image))
         self.kubectl("apply", "-f", str(path), server=server)
@@ -587,10 +630,45 @@ class KubeletBed:
     def node(self, name: str) -> Node:
         return self.lab.node(name)
 
+    def vipd_containers(self, name: str) -> list[dict[str, Any]]:
+        """Every vipd container node ``name``'s containerd has (running or exited): its pod,
+        state, exit code, start and finish (POSIX seconds, 0 when not yet)."""
+        machine = self.machines[name]
+        listed = json.loads(machine.crictl("ps", "-a", "--name", "^vipd$", "-o", "json"))
+        found = [self.container(name, c["id"]) for c in listed["containers"]]
+        return [dict(c, id=i["id"]) for c, i in zip(found, listed["containers"], strict=True) if c]
+
+    def container(self, name: str, container_id: str) -> dict[str, Any] | None:
+        """One container of node ``name`` as ``vipd_containers`` gives it (None: gone)."""
+        proc = self.machines[name].run(
+            ["crictl", "--runtime-endpoint", f"unix://{CONTAINERD_SOCKET}", "inspect",
+             container_id], check=False, timeout=10,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            return None
+        status = json.loads(proc.stdout)["status"]
+        return {
+            "pod": status["labels"].get("io.kubernetes.pod.name", ""),
+            "state": status["state"],
+            "exit_code": status.get("exitCode"),
+            "started": rfc3339(status.get("startedAt", "")),
+            "finished": rfc3339(status.get("finishedAt", "")),
+        }
+
     def running_containers(self, name: str) -> list[str]:
         """Names of the containers the node's containerd runs (``crictl ps``)."""
         out = self.machines[name].crictl("ps", "-o", "json")
         return sorted(c["metadata"]["name"] for c in json.loads(out)["containers"])
+
+
+def rfc3339(stamp: str) -> float:
+    """POSIX seconds of an RFC 3339 time as containerd gives it (nanoseconds, trailing zeros
+    trimmed, ``Z``); 0.0 for an empty or zero time (``0001-01-01T00:00:00Z``)."""
+    if not stamp or stamp.startswith("0001-"):
+        return 0.0
+    main, _, frac = stamp.rstrip("Z").partition(".")
+    base = dt.datetime.fromisoformat(main).replace(tzinfo=dt.UTC).timestamp()
+    return base + (int(frac.ljust(9, "0")[:9]) / 1e9 if frac else 0.0)
 
 
 def usable() -> str | None:
