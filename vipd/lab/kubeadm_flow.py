@@ -269,7 +269,10 @@ def roll_windows(
 def roll(bed: KubeletBed, watch: AddressWatch, image: str = VIPD_IMAGE_NEXT) -> list[Step]:
     """A new DaemonSet image as docs/install.md says (render, apply, rollout status)."""
     assert bed.pod_watch is not None
-    old = {n: p["metadata"]["uid"] for n, p in bed.vipd_pods().items()}
+    pods = bed.vipd_pods()
+    old = {n: p["metadata"]["uid"] for n, p in pods.items()}
+    for p in pods.values():
+        bed.follow_logs(p["metadata"]["name"], bed.server("n3"))
     t0 = time.monotonic()
     bed.note(f"roll: DaemonSet image {image}")
     bed.apply_daemonset(image)
@@ -322,8 +325,15 @@ def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) 
     t_wall, t0 = time.time(), time.monotonic()
     bed.machines[node].reboot()
     bed.note(f"{node}: booted again (containerd up) in {time.monotonic() - t0:.1f} s")
-    claims = [e for e in watch.events if e.added and e.at >= t_wall and e.node != node]
-    left = round(claims[0].at - t_wall, 3) if claims else None
+
+    def claims() -> list[AddrEvent]:
+        return [e for e in watch.events if e.added and e.at >= t_wall and e.node != node]
+
+    # Lease mode: the successor takes over only once the Lease expired, after the boot.
+    while not claims() and time.time() - t_wall <= bound + 1.0:
+        time.sleep(0.1)
+    first = min(claims(), key=lambda e: e.at, default=None)
+    left = round(first.at - t_wall, 3) if first is not None else None
     if left is None or left > bound:
         problems.append(f"reboot {node}: the VIP left after {left} s, bound {bound:.3f} s")
     readyz: float | None = None

@@ -515,6 +515,19 @@ class KubeletBed:
             raise MachineError(f"rollout status ds/vipd: {(proc.stderr or proc.stdout).strip()}")
         return proc.stdout
 
+    def follow_logs(self, pod: str, server: str) -> Path:
+        """``kubectl logs -f`` of a vipd pod's vipd container into the work directory: the
+        kubelet deletes a replaced pod's log files with the pod (kept for a post-mortem)."""
+        path = self.lab.workdir / f"{pod}.log"
+        with path.open("ab") as out:
+            self.lab.spawn(
+                self.lab.client_ns,
+                self.kubectl_argv("-n", "kube-system", "logs", "-f", pod, "-c", "vipd",
+                                  server=server, timeout=0),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return path
+
     def static_manifest(self, name: str) -> Path:
         return self.machines[name].root / "etc/kubernetes/manifests/vipd.yaml"
 
