@@ -4,7 +4,7 @@ pod → DaemonSet adopt and for a DaemonSet image roll.
 Run as root from the repository root, with the binaries built (``scripts/setup-kube``) and
 podman (the images are built locally)::
 
-    .venv/bin/python bench/handover.py [--runs N] [--election vrrp] [--out bench/results]
+    .venv/bin/python bench/handover.py [--runs N] [--election vrrp|lease] [--out bench/results]
 
 What it does: ``--runs`` full runs (default 5), each on a fresh kubelet bed
 (``vipd.lab.kubelet_bed``: three kubeadm control-plane nodes with real kubelets and
@@ -25,7 +25,8 @@ its v1.0.0 or v0.9.2 module, and ``go`` refuses unverified modules). Beside the 
 table states what its code does at the same handover instead (``KUBE_VIP``).
 
 It writes ``handover.json`` (every move, the environment, the command) and ``handover.md``
-(p50 / max per kind). One bed takes about 3 minutes to come up on this shared 2-core machine;
+(p50 / max per kind); ``handover-lease.{json,md}`` for ``--election lease`` (timings 5/3/1 s).
+One bed takes about 3 minutes to come up on this shared 2-core machine;
 the maxima carry that machine's scheduling noise.
 """
 
@@ -150,7 +151,7 @@ def render(doc: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--election", choices=["vrrp"], default="vrrp")
+    parser.add_argument("--election", choices=["vrrp", "lease"], default="vrrp")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     why = usable()
@@ -179,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         "kube_vip": KUBE_VIP,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "handover.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (args.out / "handover.md").write_text(render(doc))
+    name = "handover" if args.election == "vrrp" else "handover-lease"
+    (args.out / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (args.out / f"{name}.md").write_text(render(doc))
     print(render(doc))
     return 0
 
