@@ -1,6 +1,8 @@
 """Fixtures for the tests on real kubelets (``vipd.lab.kubelet_bed``).
 
-What it is: ``cluster``, one ``KubeletBed`` per test module, bootstrapped as a user would
+What it is: ``cluster``, one ``KubeletBed`` per test module and election mode (VRRP, then
+Lease: its static pod on n1 renders ``--super-admin`` for ``kubeadm init`` and is switched back
+to admin.conf after it), bootstrapped as a user would
 (vipd's static pod, ``kubeadm init`` through the VIP on n1, n2 and n3 joined as control-plane
 nodes), with the VIP's holder timeline recorded (``ip monitor`` per node) from before
 ``kubeadm init`` on and the 2 ms TCP prober through the VIP from the client namespace after
@@ -21,7 +23,7 @@ import pytest
 
 from tests.prereq import missing
 from vipd.lab.addrwatch import AddressWatch
-from vipd.lab.kubelet_bed.bed import KubeletBed, usable
+from vipd.lab.kubelet_bed.bed import Election, KubeletBed, usable
 
 
 @dataclass
@@ -32,14 +34,17 @@ class Cluster:
     init_done: float
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+@pytest.fixture(scope="module", params=["vrrp", "lease"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """One bed per election mode: every test of the module runs on the VRRP bed, then on
+    the Lease bed (pytest orders a module-scoped parameter's tests by its value)."""
     why = usable()
     if why is not None:
         missing(why)
+    election: Election = "lease" if request.param == "lease" else "vrrp"
     # VIPD_LAB_KEEP=1 keeps the work directory (every node's kubelet, containerd and
     # kubeadm logs) for a post-mortem; it is printed at the start.
-    with KubeletBed("vrrp", keep=os.environ.get("VIPD_LAB_KEEP") == "1") as bed:
+    with KubeletBed(election, keep=os.environ.get("VIPD_LAB_KEEP") == "1") as bed:
         print(f"\nkubelet bed in {bed.lab.workdir}")
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()

@@ -3,7 +3,10 @@ kubelets, the JSON report.
 
 Asserted on the report the command prints (and its exit code): the VIP first bound on n1
 before ``kubeadm init`` finished, three adopt steps with the holder last, at most one VIP move
-per step and none at a follower's, every connect through the VIP answered or the gap reported,
+per step and none at a follower's, kubectl through the VIP failing at most once per move; the
+image roll's three steps judged the same way; the rebooted holder giving the VIP away within
+the failover bound; the bad-image recovery restoring the VIP from the static manifest and
+handing over again; every connect through the VIP answered or the gap reported,
 ``/readyz`` through the VIP back within 60 s of the full power loss, a timeline that names
 each step, and no problems.
 """
@@ -46,7 +49,23 @@ def test_vipd_lab_kubeadm_reports_the_clusters_life() -> None:
         if s["node"] != holder[0]:
             assert s["moves"] == 0 and s["after"] == s["before"], s
         assert s["gap_s"] >= 0
+        assert s["kubectl_tries"] > 0 and s["kubectl_failed"] <= s["moves"], s
+    rolled = report["roll"]
+    assert sorted(s["node"] for s in rolled) == ["n1", "n2", "n3"]
+    for s in rolled:
+        assert s["moves"] <= 1 and len(s["after"]) == 1, s
+        if s["node"] not in s["before"]:
+            assert s["moves"] == 0 and s["after"] == s["before"], s
+        assert s["kubectl_tries"] > 0 and s["kubectl_failed"] <= s["moves"], s
+    reboot = report["reboot"]
+    assert reboot["problems"] == [] and reboot["new_holder"] != [reboot["node"]]
+    assert 0 < reboot["vip_left_after_s"] <= reboot["failover_bound_s"]
+    bad = report["bad_image"]
+    assert bad["problems"] == [] and bad["readyz_failed_without_vip"]
+    assert bad["holder_on_static"] == [bad["static_on"]] and len(bad["holders_after"]) == 1
     assert 0 < report["power_loss"]["readyz_through_vip_after_s"] <= 60
     whats = [row["what"] for row in report["timeline"]]
     assert any("+VIP" in w for w in whats)
     assert sum("(adopt)" in w for w in whats) == 3, whats
+    assert any(w.startswith("roll: rollout status done") for w in whats), whats
+    assert any("reboot" in w for w in whats) and any("bad image" in w for w in whats), whats

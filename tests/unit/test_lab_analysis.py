@@ -203,10 +203,12 @@ def test_kubeadm_flow_withdrawn_claims_are_not_moves_and_the_report_renders() ->
     events = [a, b, AddrEvent(10.05, "n3", False)]
     assert not withdrawn(a, events) and withdrawn(b, events)
     assert not withdrawn(b, [a, b, AddrEvent(10.5, "n3", False)])  # too late: a move
-    step = Step("n1", 4.2, ["n1"], ["n2"], [("n2", 0.5)], 1, 0.06, 0)
-    assert step.problems("n1") == []
-    follower = Step("n3", 3.0, ["n1"], ["n2"], [("n2", 0.5)], 1, 0.06, 0)
-    assert follower.problems("n1") == ["adopt n3 (a follower): the VIP moved ['n1']→['n2']"]
+    step = Step("adopt", "n1", 4.2, ["n1"], ["n2"], [("n2", 0.5)], 1, 0.06, 0, 14, 1)
+    assert step.problems() == []
+    follower = Step("adopt", "n3", 3.0, ["n1"], ["n2"], [("n2", 0.5)], 1, 0.06, 0, 10, 0)
+    assert follower.problems() == ["adopt n3 (a follower): the VIP moved ['n1']→['n2']"]
+    flaky = Step("roll", "n2", 3.0, ["n1"], ["n1"], [], 0, 0.01, 0, 10, 1)
+    assert flaky.problems() == ["roll n2: kubectl through the VIP failed 1 times at 0 VIP move(s)"]
     text = render(
         {
             "lab": {"kubernetes": "v1.37.2"},
@@ -218,16 +220,82 @@ def test_kubeadm_flow_withdrawn_claims_are_not_moves_and_the_report_renders() ->
             "summary": {"ok": True, "problems": []},
         }
     )  # fmt: skip
-    assert "| n1 | 4.2 | n1 → n2 | 1 | 60 | 0 |" in text
+    assert "| adopt | n1 | 4.2 | n1 → n2 | 1 | 60 | 0 | 1/14 | None, None |" in text
     assert "n1 +VIP" in text and text.endswith("ok")
 
 
-def test_vipd_lab_kubeadm_is_vrrp_only() -> None:
+def test_kubeadm_flow_holders_replay_and_roll_windows() -> None:
+    from vipd.lab.addrwatch import AddrEvent
+    from vipd.lab.kubeadm_flow import holders_at, roll_windows
+    from vipd.lab.kubelet_bed.clients import PodSeen, parse_pod_line
+
+    events = [AddrEvent(5.0, "n2", True), AddrEvent(5.001, "n1", False)]
+    assert holders_at(frozenset({"n1"}), events, 4.9) == ["n1"]
+    assert holders_at(frozenset({"n1"}), events, 5.0005) == ["n1", "n2"]
+    assert holders_at(frozenset({"n1"}), events, 6.0) == ["n2"]
+
+    line = "n2   0b1c   2026-12-01T15:00:00Z   true,true   localhost/vipd:old\n"
+    assert parse_pod_line(line, 3.0) == PodSeen(3.0, "n2", "0b1c", True, True, "localhost/vipd:old")
+    assert parse_pod_line("n2 u2 <none> <none> img", 1.0) == PodSeen(
+        1.0, "n2", "u2", False, False, "img"
+    )
+    assert parse_pod_line("garbage", 1.0) is None
+
+    old = {"n1": "a", "n2": "b", "n3": "c"}
+    seen = [
+        PodSeen(1.0, "n2", "b", True, True, "old"),
+        PodSeen(2.0, "n2", "b2", False, False, "new"),
+        PodSeen(4.0, "n2", "b2", False, True, "new"),
+        PodSeen(4.1, "n1", "a", True, True, "old"),
+        PodSeen(6.0, "n1", "a2", False, True, "new"),
+        PodSeen(6.2, "n3", "c", True, True, "old"),
+        PodSeen(7.0, "n3", "c", False, True, "new"),  # the old UID: not the new pod
+        PodSeen(9.0, "n3", "c2", False, True, "new"),
+    ]
+    assert roll_windows(seen, old, "new", 0.5, 10.0) == [
+        ("n2", 0.5, 4.0),
+        ("n1", 4.0, 6.0),
+        ("n3", 6.0, 10.0),
+    ]
+    with pytest.raises(ValueError, match="n3"):
+        roll_windows(seen[:-1], old, "new", 0.5, 10.0)
+
+
+def test_kubelet_bed_reads_containerd_times_and_judges_the_static_exit() -> None:
+    from vipd.lab.kubeadm_flow import Step
+    from vipd.lab.kubelet_bed.bed import rfc3339
+
+    assert rfc3339("1970-01-01T00:00:01.5Z") == 1.5
+    assert rfc3339("1970-01-01T00:00:02.000000123Z") == pytest.approx(2.000000123)
+    assert rfc3339("1970-01-01T00:00:03Z") == 3.0
+    assert rfc3339("0001-01-01T00:00:00Z") == 0.0 and rfc3339("") == 0.0
+    step = Step("adopt", "n2", 3.0, ["n1"], ["n1"], [], 0, 0.02, 0, 10, 0)
+    step.static_exit, step.static_to_daemonset_s = 0, 0.8
+    assert step.problems() == []
+    step.static_exit, step.static_to_daemonset_s = 137, -0.2
+    assert step.problems() == [
+        "adopt n2: the static vipd exited 137",
+        "adopt n2: the static and the DaemonSet vipd ran at once",
+    ]
+
+
+def test_vipd_lab_kubeadm_passes_the_election_on(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from vipd.lab import runner
+    from vipd.lab import kubeadm_flow, runner
 
+    seen: list[dict[str, object]] = []
+
+    def fake_run(**kw: object) -> int:
+        seen.append(kw)
+        return 0
+
+    monkeypatch.setattr(kubeadm_flow, "run", fake_run)
     parser = argparse.ArgumentParser()
     runner.add_arguments(parser)
-    args = parser.parse_args(["--kubeadm", "--election", "lease"])
-    assert runner.run(args) == 2
+    for mode in ("lease", "vrrp"):
+        assert runner.run(parser.parse_args(["--kubeadm", "--election", mode, "--json"])) == 0
+    assert seen == [
+        {"as_json": True, "keep": False, "election": "lease"},
+        {"as_json": True, "keep": False, "election": "vrrp"},
+    ]

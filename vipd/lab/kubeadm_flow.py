@@ -27,21 +27,40 @@ running until interrupted, then tears it down).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vipd.lab.addrwatch import AddressWatch, AddrEvent
-from vipd.lab.kubelet_bed.bed import KubeletBed, usable
+from vipd.lab.kubelet_bed.bed import (
+    DAEMONSET_SELECTOR,
+    VIPD_IMAGE,
+    VIPD_IMAGE_MISSING,
+    VIPD_IMAGE_NEXT,
+    Election,
+    KubeletBed,
+    usable,
+)
+from vipd.lab.kubelet_bed.clients import PodSeen
+from vipd.lab.kubelet_bed.node import MachineError
 from vipd.lab.prober import Prober
+from vipd.lab.topology import LabError
+from vipd.vrrp.state import master_down_interval
 
 # A graceful handover's make-before-break overlap (docs/design): at most this.
 OVERLAP_LIMIT = 0.1
 POWER_LOSS_LIMIT = 60.0
+# On top of a protocol bound: a shared, noisy 2-core machine (as tests/netns/test_chaos.py).
+MARGIN = 0.5
+# Lease mode: the same, with three API servers and etcd members in the loop (as tests/kube).
+LEASE_MARGIN = 1.5
 
 
 def withdrawn(claim: AddrEvent, events: Sequence[AddrEvent]) -> bool:
@@ -65,36 +84,415 @@ def client_gap(prober: Prober, start: float, end: float) -> tuple[float, int]:
     return gap, sum(1 for a in tries if not a.ok)
 
 
+def holders_at(initial: frozenset[str], events: Sequence[AddrEvent], at: float) -> list[str]:
+    """Who held the VIP at POSIX time ``at``, replaying the address events from ``initial``
+    (the holders when the watch started)."""
+    holders = set(initial)
+    for e in sorted(events, key=lambda e: e.at):
+        if e.at > at:
+            break
+        if e.added:
+            holders.add(e.node)
+        else:
+            holders.discard(e.node)
+    return sorted(holders)
+
+
 @dataclass
 class Step:
+    """One node's step of a handover (adopt) or of an image roll, as the clients saw it."""
+
+    kind: str  # "adopt" or "roll"
     node: str
     took_s: float
     before: list[str]
     after: list[str]
     claims: list[tuple[str, float]]  # (node, s after the step began)
     moves: int
-    gap_s: float
-    failed: int
+    gap_s: float  # longest span between answered 2 ms TCP connects
+    failed: int  # failed TCP connects
+    kubectl_tries: int
+    kubectl_failed: int  # ``kubectl get --raw /readyz`` through the VIP that failed
+    start: float = 0.0  # time.monotonic() when the step began (its window: took_s from it)
+    # adopt only: the static vipd's exit code, and the DaemonSet vipd's start minus the
+    # static one's finish (negative: both ran at once), from the node's containerd.
+    static_exit: int | None = None
+    static_to_daemonset_s: float | None = None
 
-    def problems(self, leader: str) -> list[str]:
+    def problems(self) -> list[str]:
         out = []
+        what = f"{self.kind} {self.node}"
         if len(self.after) != 1:
-            out.append(f"adopt {self.node}: holders {self.after} after it")
+            out.append(f"{what}: holders {self.after} after it")
         if self.moves > 1:
-            out.append(f"adopt {self.node}: the VIP moved {self.moves} times")
-        if self.node != leader and self.after != self.before:
-            out.append(f"adopt {self.node} (a follower): the VIP moved {self.before}→{self.after}")
+            out.append(f"{what}: the VIP moved {self.moves} times")
+        if self.node not in self.before and self.after != self.before:
+            out.append(f"{what} (a follower): the VIP moved {self.before}→{self.after}")
+        if self.static_exit not in (0, None):
+            out.append(f"{what}: the static vipd exited {self.static_exit}")
+        if self.static_to_daemonset_s is not None and self.static_to_daemonset_s < 0:
+            out.append(f"{what}: the static and the DaemonSet vipd ran at once")
+        if self.kubectl_failed > self.moves:
+            out.append(
+                f"{what}: kubectl through the VIP failed {self.kubectl_failed} times "
+                f"at {self.moves} VIP move(s)"
+            )
         return out
 
 
-def run(*, as_json: bool, keep: bool) -> int:
+def measure(
+    bed: KubeletBed,
+    watch: AddressWatch,
+    *,
+    kind: str,
+    node: str,
+    start: float,
+    end: float,
+) -> Step:
+    """The step of ``node`` between monotonic ``start`` and ``end``: holders, moves, gaps."""
+    assert bed.prober is not None and bed.kubectl_loop is not None
+    offset = time.time() - time.monotonic()  # POSIX = monotonic + offset (to ~µs)
+    w_start, w_end = start + offset, end + offset
+    events = [e for e in watch.events if w_start <= e.at <= w_end]
+    claims = [e for e in events if e.added]
+    gap, failed = client_gap(bed.prober, start, end)
+    tries = bed.kubectl_loop.tries(start, end)
+    every = list(watch.events)
+    return Step(
+        kind=kind,
+        node=node,
+        took_s=round(end - start, 3),
+        before=holders_at(watch.initial, every, w_start),
+        after=holders_at(watch.initial, every, w_end),
+        claims=[(e.node, round(e.at - w_start, 3)) for e in claims],
+        moves=sum(1 for e in claims if not withdrawn(e, events)),
+        gap_s=round(gap, 4),
+        failed=failed,
+        kubectl_tries=len(tries),
+        kubectl_failed=sum(1 for t in tries if not t.ok),
+        start=start,
+    )
+
+
+def adopt_all(bed: KubeletBed, watch: AddressWatch) -> list[Step]:
+    """Apply the DaemonSet and label the nodes one by one, the VIP's holder last."""
+    bed.apply_daemonset()
+    (leader,) = bed.holders()
+    steps = []
+    for name in [n for n in ("n1", "n2", "n3") if n != leader] + [leader]:
+        static = StaticWatch(bed, name)
+        static.start()
+        t0 = time.monotonic()
+        try:
+            bed.adopt(name)
+        finally:
+            static.stop()
+        time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
+        step = measure(bed, watch, kind="adopt", node=name, start=t0, end=time.monotonic())
+        step.static_exit, step.static_to_daemonset_s = static.handover()
+        steps.append(step)
+    return steps
+
+
+class StaticWatch:
+    """Node ``name``'s static vipd container (pod ``vipd-<node>``), inspected every 0.1 s
+    until it has exited: the kubelet's garbage collection may remove a deleted pod's
+    containers at its next pass, so its exit code and finish are caught as they happen."""
+
+    def __init__(self, bed: KubeletBed, name: str) -> None:
+        self.bed = bed
+        self.name = name
+        running = [c for c in bed.vipd_containers(name)
+                   if c["pod"] == f"vipd-{name}" and c["state"] == "CONTAINER_RUNNING"]  # fmt: skip
+        self.id: str | None = running[0]["id"] if running else None
+        self.exited: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"static-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self.id is not None and not self._stop.is_set():
+            with contextlib.suppress(MachineError, subprocess.TimeoutExpired, ValueError):
+                seen = self.bed.container(self.name, self.id)
+                if seen is not None and seen["state"] == "CONTAINER_EXITED":
+                    self.exited = seen
+                    return
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        # adopt returns once the static manifest is gone and the DaemonSet pod is ready, so
+        # the static vipd has exited by then: one more look, then give up.
+        self._thread.join(timeout=5)
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def handover(self) -> tuple[int | None, float | None]:
+        """(the static vipd's exit code, the DaemonSet vipd's start minus the static one's
+        finish); (None, None) if the static one was never seen exited."""
+        if self.exited is None:
+            return None, None
+        daemon = [c for c in self.bed.vipd_containers(self.name)
+                  if c["pod"] != f"vipd-{self.name}" and c["started"]]  # fmt: skip
+        if not daemon:
+            return self.exited["exit_code"], None
+        first = min(daemon, key=lambda c: c["started"])
+        return self.exited["exit_code"], round(first["started"] - self.exited["finished"], 3)
+
+
+def roll_windows(
+    seen: Sequence[PodSeen], old: dict[str, str], image: str, start: float, end: float
+) -> list[tuple[str, float, float]]:
+    """An image roll cut into its node steps: ``(node, from, to)`` in roll order, from the
+    pod watch. A node's step ends when the watch saw its new pod (``image``) ready; the next
+    step begins there, because with ``maxUnavailable: 1`` the DaemonSet controller deletes
+    the next old pod only once it has seen that same readiness. ``old``: the pods' UIDs by
+    node before the roll. ValueError if a node's new pod was never seen ready."""
+    ups = []
+    for node, uid in old.items():
+        ready = [s.at for s in seen if s.node == node and s.uid != uid and s.ready
+                 and s.image == image]  # fmt: skip
+        if not ready:
+            raise ValueError(f"the roll: {node}'s new pod was never seen ready")
+        ups.append((min(ready), node))
+    ups.sort()
+    out = []
+    prev = start
+    for i, (up, node) in enumerate(ups):
+        to = end if i == len(ups) - 1 else up
+        out.append((node, prev, to))
+        prev = up
+    return out
+
+
+def roll(bed: KubeletBed, watch: AddressWatch, image: str = VIPD_IMAGE_NEXT) -> list[Step]:
+    """A new DaemonSet image as docs/install.md says (render, apply, rollout status)."""
+    assert bed.pod_watch is not None
+    pods = bed.vipd_pods()
+    old = {n: p["metadata"]["uid"] for n, p in pods.items()}
+    for p in pods.values():
+        bed.follow_logs(p["metadata"]["name"], bed.server("n3"))
+    t0 = time.monotonic()
+    bed.note(f"roll: DaemonSet image {image}")
+    bed.apply_daemonset(image)
+    bed.rollout_status()
+    time.sleep(1)  # the prober's last attempts finish; the watch's last lines arrive
+    end = time.monotonic()
+    bed.note(f"roll: rollout status done in {end - t0:.1f} s")
+    windows = roll_windows(bed.pod_watch.seen(t0), old, image, t0, end)
+    return [measure(bed, watch, kind="roll", node=n, start=a, end=b) for n, a, b in windows]
+
+
+@dataclass
+class Reboot:
+    node: str
+    failover_bound_s: float  # VRRP: the successor's Master_Down_Interval + MARGIN
+    vip_left_after_s: float | None  # from the kill to another node's claim
+    new_holder: list[str]
+    gap_s: float
+    failed: int
+    kubectl_tries: int
+    kubectl_failed: int
+    readyz_after_s: float | None  # /readyz through the VIP answering again, from the kill
+    back_after_s: float | None  # the node Ready, its vipd pod running again, from the kill
+    problems: list[str]
+
+
+def failover_bound(bed: KubeletBed) -> float:
+    """The failover bound the bed's config promises, plus the lab's margin for this machine.
+    VRRP: Master_Down_Interval (RFC 9568 section 6.1) at the configured priority. Lease: a
+    follower acquires once ``duration`` has passed without a renewal and tries every
+    ``retry_period`` (client-go's leaderelection semantics, which vipd's Lease follows)."""
+    election = bed.vipd_config()["election"]
+    if election["mode"] == "lease":
+        lease = election["lease"]
+        return float(lease["duration"]) + float(lease["retry_period"]) + LEASE_MARGIN
+    vrrp = election["vrrp"]
+    interval_cs = round(float(vrrp["advert_interval"]) * 100)
+    priority = int(vrrp.get("priority", 100))
+    return master_down_interval(3, priority, interval_cs) + MARGIN
+
+
+def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) -> Reboot:
+    """Reboot the VIP's holder (every process killed, containerd and kubelet started again):
+    the VIP leaves it within the failover bound, the cluster does not stall."""
+    assert bed.prober is not None and bed.kubectl_loop is not None
+    (node,) = bed.holders()
+    bound = failover_bound(bed)
+    problems: list[str] = []
+    bed.note(f"{node} (the holder): reboot")
+    t_wall, t0 = time.time(), time.monotonic()
+    bed.machines[node].reboot()
+    bed.note(f"{node}: booted again (containerd up) in {time.monotonic() - t0:.1f} s")
+
+    def claims() -> list[AddrEvent]:
+        return [e for e in watch.events if e.added and e.at >= t_wall and e.node != node]
+
+    # Lease mode: the successor takes over only once the Lease expired, after the boot.
+    while not claims() and time.time() - t_wall <= bound + 1.0:
+        time.sleep(0.1)
+    first = min(claims(), key=lambda e: e.at, default=None)
+    left = round(first.at - t_wall, 3) if first is not None else None
+    if left is None or left > bound:
+        problems.append(f"reboot {node}: the VIP left after {left} s, bound {bound:.3f} s")
+    readyz: float | None = None
+    back: float | None = None
+    while time.monotonic() - t0 < timeout and (readyz is None or back is None):
+        if readyz is None and bed.readyz():
+            readyz = round(time.monotonic() - t0, 3)
+        if back is None and _node_back(bed, node):
+            back = round(time.monotonic() - t0, 3)
+        time.sleep(0.5)
+    if readyz is None:
+        problems.append(f"reboot {node}: /readyz through the VIP not back in {timeout:.0f} s")
+    if back is None:
+        problems.append(f"reboot {node}: not Ready with its vipd pod in {timeout:.0f} s")
+    time.sleep(1)
+    end = time.monotonic()
+    gap, failed = client_gap(bed.prober, t0, end)
+    tries = bed.kubectl_loop.tries(t0, end)
+    holders = bed.holders()
+    if len(holders) != 1:
+        problems.append(f"reboot {node}: holders {holders} after it")
+    bed.note(f"{node}: Ready and its vipd pod running {back} s after the reboot")
+    return Reboot(
+        node=node,
+        failover_bound_s=round(bound, 3),
+        vip_left_after_s=left,
+        new_holder=holders,
+        gap_s=round(gap, 4),
+        failed=failed,
+        kubectl_tries=len(tries),
+        kubectl_failed=sum(1 for t in tries if not t.ok),
+        readyz_after_s=readyz,
+        back_after_s=back,
+        problems=problems,
+    )
+
+
+def _pod_ready(pod: dict[str, Any] | None) -> bool:
+    statuses = (pod or {}).get("status", {}).get("containerStatuses") or []
+    return bool(statuses) and all(c.get("ready") for c in statuses)
+
+
+def _node_back(bed: KubeletBed, node: str) -> bool:
+    """Node ``node`` runs its vipd and its API server again after a reboot. From the node
+    itself (its containerd, its own API server's /readyz) and then the API: right after the
+    kill the API still says Ready (node-monitor-grace-period) and the pod ready."""
+    try:
+        if "vipd" not in bed.running_containers(node) or not bed.api_ready(node):
+            return False
+        return bed.nodes_ready().get(node, False) and _pod_ready(bed.vipd_pods().get(node))
+    except (LabError, MachineError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError):
+        return False
+
+
+def _wait(what: str, cond: Callable[[], bool], timeout: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cond():
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    raise MachineError(f"{what}: not in {timeout:.0f} s")
+
+
+@dataclass
+class Recovery:
+    static_on: str
+    vip_gone_after_s: float  # from deleting the vipd pods
+    waiting: list[str]  # why the new pods' containers wait (ErrImagePull, ...)
+    readyz_failed_without_vip: bool
+    vip_back_after_s: float  # from writing the static manifest back
+    holder_on_static: list[str]
+    adopted_after_s: float  # from fixing the image to the static manifest gone again
+    holders_after: list[str]
+    problems: list[str]
+
+
+def _waiting_reasons(bed: KubeletBed, server: str, timeout: float = 60.0) -> list[str]:
+    """Each DaemonSet pod's first waiting (init) container and its reason, once every pod
+    has one: what ``kubectl get pods`` shows an operator of pods that cannot start."""
+    t0 = time.monotonic()
+    reasons: list[str] = []
+    while time.monotonic() - t0 < timeout:
+        reasons = []
+        for node, pod in sorted(bed.vipd_pods(server=server).items()):
+            status = pod.get("status", {})
+            for c in [
+                *status.get("initContainerStatuses", []),
+                *status.get("containerStatuses", []),
+            ]:
+                reason = c.get("state", {}).get("waiting", {}).get("reason")
+                if reason and reason != "PodInitializing":
+                    reasons.append(f"{node}: {c['name']} {reason}")
+                    break
+        if len(reasons) == 3:
+            break
+        time.sleep(1)
+    return reasons
+
+
+def bad_image_recovery(bed: KubeletBed, static_on: str = "n1") -> Recovery:
+    """docs/operations.md's "The DaemonSet pods do not come up after the handover": a
+    nonexistent image and the vipd pods deleted (no VIP), the static manifest copied back
+    on one node (the VIP answers again), then the image fixed (adopt removes that manifest
+    when the DaemonSet pod starts there)."""
+    # kubectl at a node's own API server, as the doc says: the VIP is about to go.
+    server = bed.server(next(n for n in ("n1", "n2", "n3") if n != static_on))
+    problems: list[str] = []
+    bed.note(f"bad image: DaemonSet image {VIPD_IMAGE_MISSING}")
+    bed.apply_daemonset(VIPD_IMAGE_MISSING, server=server)
+    bed.kubectl("-n", "kube-system", "delete", "pods", "-l", DAEMONSET_SELECTOR,
+                "--wait=true", server=server, timeout=120)  # fmt: skip
+    bed.note("bad image: vipd pods deleted, their successors cannot start")
+    gone = _wait("the VIP gone", lambda: bed.holders() == [], 120)
+    bed.note(f"bad image: no node holds the VIP ({gone:.1f} s after the delete)")
+    waiting = _waiting_reasons(bed, server)
+    failed = not bed.readyz()
+    if not failed:
+        problems.append("bad image: /readyz through the VIP answered with no VIP")
+    bed.write_static_pod(bed.machines[static_on])
+    bed.note(f"bad image: vipd-pod.yaml copied back to {static_on}'s manifests")
+    back = _wait("/readyz through the VIP after the static manifest", bed.readyz, 120)
+    on_static = bed.holders()
+    if on_static != [static_on]:
+        problems.append(f"bad image: holders {on_static} on the static pod's return")
+    bed.note(f"bad image: /readyz through the VIP answers {back:.1f} s after the copy")
+    bed.apply_daemonset(VIPD_IMAGE, server=server)
+    static = bed.static_manifest(static_on)
+    adopted = _wait(
+        f"adopt on {static_on}",
+        lambda: not static.exists() and _pod_ready(bed.vipd_pods(server=server).get(static_on)),
+        180,
+    )
+    bed.rollout_status(server=server)
+    time.sleep(1)
+    after = bed.holders()
+    if len(after) != 1:
+        problems.append(f"bad image: holders {after} after the fix")
+    bed.note(f"bad image: fixed; {static_on}'s static manifest removed by adopt in {adopted:.1f} s")
+    return Recovery(
+        static_on=static_on,
+        vip_gone_after_s=round(gone, 3),
+        waiting=waiting,
+        readyz_failed_without_vip=failed,
+        vip_back_after_s=round(back, 3),
+        holder_on_static=on_static,
+        adopted_after_s=round(adopted, 3),
+        holders_after=after,
+        problems=problems,
+    )
+
+
+def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
     why = usable()
     if why is not None:
         print(f"vipd lab --kubeadm: cannot run here: {why}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"lab": {"mode": "kubeadm", "election": "vrrp"}}
+    report: dict[str, Any] = {"lab": {"mode": "kubeadm", "election": election}}
     problems: list[str] = []
-    with KubeletBed("vrrp") as bed:
+    with KubeletBed(election) as bed:
         report["lab"].update({"kubernetes": bed.version, "workdir": str(bed.lab.workdir)})
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()
@@ -105,7 +503,7 @@ def run(*, as_json: bool, keep: bool) -> int:
             init_done = time.time()
             bed.join("n2")
             bed.join("n3")
-            prober = bed.start_client()
+            bed.start_client()
             added = [e for e in watch.events if e.added]
             first = min(added, key=lambda e: e.at) if added else None
             report["init"] = {
@@ -116,30 +514,18 @@ def run(*, as_json: bool, keep: bool) -> int:
             if first is None or first.at >= init_done:
                 problems.append("the VIP was not bound before kubeadm init finished")
             time.sleep(2)  # the prober's first answers
-            bed.apply_daemonset()
-            (leader,) = bed.holders()
-            steps: list[Step] = []
-            for name in [n for n in ("n1", "n2", "n3") if n != leader] + [leader]:
-                before = bed.holders()
-                t_wall, t_mono = time.time(), time.monotonic()
-                took = bed.adopt(name)
-                time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
-                events = [e for e in watch.events if e.at >= t_wall]
-                claims = [e for e in events if e.added]
-                gap, failed = client_gap(prober, t_mono, time.monotonic())
-                step = Step(
-                    node=name,
-                    took_s=round(took, 3),
-                    before=before,
-                    after=bed.holders(),
-                    claims=[(e.node, round(e.at - t_wall, 3)) for e in claims],
-                    moves=sum(1 for e in claims if not withdrawn(e, events)),
-                    gap_s=round(gap, 4),
-                    failed=failed,
-                )
-                steps.append(step)
-                problems += step.problems(leader)
+            steps = adopt_all(bed, watch)
             report["adopt"] = [vars(s) for s in steps]
+            problems += [p for s in steps for p in s.problems()]
+            rolled = roll(bed, watch)
+            report["roll"] = [vars(s) for s in rolled]
+            problems += [p for s in rolled for p in s.problems()]
+            rebooted = reboot_leader(bed, watch)
+            report["reboot"] = vars(rebooted)
+            problems += rebooted.problems
+            recovery = bad_image_recovery(bed)
+            report["bad_image"] = vars(recovery)
+            problems += recovery.problems
             bed.power_off_all()
             t0 = time.monotonic()
             bed.boot_all()
@@ -174,6 +560,12 @@ def run(*, as_json: bool, keep: bool) -> int:
     return 0 if not problems else 1
 
 
+def _static(step: dict[str, Any]) -> str:
+    if step.get("kind") != "adopt":
+        return "-"
+    return f"{step.get('static_exit')}, {step.get('static_to_daemonset_s')}"
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [f"vipd lab --kubeadm on Kubernetes {report['lab'].get('kubernetes', '?')}", ""]
     lines += [f"{row['t_s']:9.3f} s  {row['what']}" for row in report.get("timeline", [])]
@@ -184,15 +576,38 @@ def render(report: dict[str, Any]) -> str:
         f"{init.get('vip_first_bound_on')} {init.get('vip_first_bound_after_s')} s after it "
         "started",
         "",
-        "| adopt | took s | holder before → after | VIP moves | client longest gap ms "
-        "| failed connects |",
-        "|---|---:|---|---:|---:|---:|",
+        "| step | node | took s | holder before → after | VIP moves | client longest gap ms "
+        "| failed connects | kubectl failed/tries | static vipd exit, DaemonSet vipd started s "
+        "after it |",
+        "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
-    for s in report.get("adopt", []):
+    for s in [*report.get("adopt", []), *report.get("roll", [])]:
         lines.append(
-            f"| {s['node']} | {s['took_s']:.1f} | {','.join(s['before'])} → "
-            f"{','.join(s['after'])} | {s['moves']} | {s['gap_s'] * 1000:.0f} | {s['failed']} |"
+            f"| {s['kind']} | {s['node']} | {s['took_s']:.1f} | {','.join(s['before'])} → "
+            f"{','.join(s['after'])} | {s['moves']} | {s['gap_s'] * 1000:.0f} | {s['failed']} "
+            f"| {s['kubectl_failed']}/{s['kubectl_tries']} | {_static(s)} |"
         )
+    r = report.get("reboot")
+    if r:
+        lines += [
+            "",
+            f"reboot {r['node']} (the holder): the VIP left after {r['vip_left_after_s']} s "
+            f"(bound {r['failover_bound_s']} s) for {','.join(r['new_holder'])}; client longest "
+            f"gap {r['gap_s'] * 1000:.0f} ms, {r['failed']} failed connects, kubectl "
+            f"{r['kubectl_failed']}/{r['kubectl_tries']} failed; /readyz through the VIP "
+            f"{r['readyz_after_s']} s, node Ready with its vipd pod {r['back_after_s']} s after "
+            "the reboot began",
+        ]
+    b_ = report.get("bad_image")
+    if b_:
+        lines += [
+            "",
+            f"bad image: no VIP {b_['vip_gone_after_s']} s after the vipd pods were deleted "
+            f"(/readyz through the VIP failed: {b_['readyz_failed_without_vip']}); static "
+            f"manifest back on {b_['static_on']}: the VIP answered {b_['vip_back_after_s']} s "
+            f"later on {','.join(b_['holder_on_static'])}; image fixed: adopt removed the "
+            f"manifest {b_['adopted_after_s']} s later, holder {','.join(b_['holders_after'])}",
+        ]
     back = report.get("power_loss", {}).get("readyz_through_vip_after_s")
     lines += ["", f"full power loss: /readyz through the VIP {back} s after power came back"]
     summary = report["summary"]

@@ -165,8 +165,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the cluster's life on real kubelets instead of fault rounds: vipd's static pod, "
         "kubeadm init through the VIP, two control-plane joins, adopt to the DaemonSet node by "
-        "node, a full power loss; prints the timeline and the client-seen gaps (VRRP mode; "
-        f"needs the binaries that {KUBE_BUILD} builds; takes 3-5 minutes)",
+        "node, an image roll, the holder rebooted, the bad-image recovery, a full power loss; "
+        "prints the timeline and the client-seen gaps (either --election; needs the binaries "
+        f"that {KUBE_BUILD} builds; takes 3-5 minutes)",
     )
     parser.add_argument(
         "--cleanup",
@@ -862,17 +863,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"removed {len(removed)} namespaces: {' '.join(removed) or '-'}")
         return 0
     if getattr(args, "kubeadm", False):
-        if args.election != "vrrp":
-            print(
-                "vipd lab --kubeadm: only --election vrrp runs on the kubelet bed so far",
-                file=sys.stderr,
-            )
-            return 2
         from vipd.lab import kubeadm_flow
         from vipd.lab.kubelet_bed.node import MachineError
 
         try:
-            return kubeadm_flow.run(as_json=args.json, keep=args.keep)
+            return kubeadm_flow.run(
+                as_json=args.json,
+                keep=args.keep,
+                election="lease" if args.election == "lease" else "vrrp",
+            )
         except (LabError, MachineError) as exc:
             print(f"vipd lab --kubeadm: {exc}", file=sys.stderr)
             return 1

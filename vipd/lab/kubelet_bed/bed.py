@@ -27,6 +27,7 @@ namespaces or cgroups behind after ``teardown``.
 from __future__ import annotations
 
 import concurrent.futures
+import datetime as dt
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ import yaml
 
 from vipd.lab.kubebed import binaries
 from vipd.lab.kubelet_bed import images
+from vipd.lab.kubelet_bed.clients import COLUMNS, PodWatch, ReadyzLoop
 from vipd.lab.kubelet_bed.node import CONTAINERD_SOCKET, Machine, MachineError
 from vipd.lab.podman import Podman
 from vipd.lab.prober import Prober
@@ -54,6 +56,15 @@ API_PORT = 6443
 POD_SUBNET = "10.244.0.0/16"
 SERVICE_SUBNET = "10.96.0.0/12"
 VIPD_IMAGE = "localhost/vipd:kubelet-bed"
+# The "new release" an image roll applies: a second tag of the same locally built image (same
+# layers; the DaemonSet's spec changes, so every pod is replaced as for a real upgrade).
+VIPD_IMAGE_NEXT = "localhost/vipd:kubelet-bed-next"
+# An image no node has and no registry serves: DaemonSet pods that never come up.
+VIPD_IMAGE_MISSING = "localhost/vipd:kubelet-bed-missing"
+DAEMONSET_SELECTOR = "app.kubernetes.io/component=daemonset"
+LEASE_TIMING = {"duration": 5, "renew_deadline": 3.0, "retry_period": 1.0}
+SUPER_ADMIN_CONF = "/etc/kubernetes/super-admin.conf"
+ADMIN_CONF = "/etc/kubernetes/admin.conf"
 # The lab's responder on every node: the 2 ms prober through the VIP learns who answers (the
 # API server's TLS port says nothing before a handshake). Part of the instrument, not of the
 # node: it runs in the node's network namespace, outside its PID namespace.
@@ -216,6 +227,8 @@ class KubeletBed:
         self.machines: dict[str, Machine] = {}
         self.responders: list[Responder] = []
         self.prober: Prober | None = None
+        self.kubectl_loop: ReadyzLoop | None = None
+        self.pod_watch: PodWatch | None = None
         self.events: list[tuple[float, str]] = []  # (monotonic, what) for the timeline
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -252,6 +265,7 @@ class KubeletBed:
             specs,
             self.kube_bin,
             vipd_image=VIPD_IMAGE,
+            vipd_tags=(VIPD_IMAGE_NEXT,),
             source_root=Path(__file__).resolve().parents[3],
         )
         self.note(f"images ready in {time.monotonic() - t0:.1f} s: {', '.join(names)}")
@@ -276,6 +290,10 @@ class KubeletBed:
     def teardown(self) -> None:
         if self.prober is not None:
             self.prober.stop()
+        if self.kubectl_loop is not None:
+            self.kubectl_loop.stop()
+        if self.pod_watch is not None:
+            self.pod_watch.stop()
         for machine in self.machines.values():
             try:
                 machine.remove()
@@ -302,22 +320,27 @@ class KubeletBed:
         )
 
     def vipd_config(self) -> dict[str, Any]:
-        """One config for every node's vipd (each pod's identity is its node name)."""
-        if self.election != "vrrp":
-            raise NotImplementedError("the kubelet bed runs VRRP mode only so far")
+        """One config for every node's vipd (each pod's identity is its node name). Lease
+        mode: the timings 5/3/1 (as tests/kube), no kubeconfig (the static pod's comes from
+        the host, the DaemonSet's is its ServiceAccount), the node's own API server."""
+        election: dict[str, Any] = (
+            {"mode": "vrrp", "vrrp": {"vrid": 51, "advert_interval": 0.1}}
+            if self.election == "vrrp"
+            else {"mode": "lease", "lease": dict(LEASE_TIMING)}
+        )
         return {
             "vip": self.vip,
             "interface": "eth0",
-            "election": {"mode": "vrrp", "vrrp": {"vrid": 51, "advert_interval": 0.1}},
+            "election": election,
             "garp": {"repeat": 3, "interval": 0.01},
         }
 
-    def render(self, kind: str, *extra: str) -> str:
+    def render(self, kind: str, *extra: str, image: str = VIPD_IMAGE) -> str:
         """``vipd manifest KIND`` for the bed's config, as a user runs it."""
         cfg = self.lab.workdir / "vipd.yaml"
         cfg.write_text(yaml.safe_dump(self.vipd_config()))
         proc = subprocess.run(
-            python_argv("vipd", "manifest", kind, "--config", str(cfg), "--image", VIPD_IMAGE,
+            python_argv("vipd", "manifest", kind, "--config", str(cfg), "--image", image,
                         *extra),
             capture_output=True, text=True, timeout=60, check=False, env=python_env(),
         )  # fmt: skip
@@ -334,10 +357,14 @@ class KubeletBed:
         )
         return patches
 
-    def write_static_pod(self, machine: Machine) -> None:
+    def write_static_pod(self, machine: Machine, *, super_admin: bool = False) -> None:
+        """``vipd manifest pod`` into the node's manifests (``--super-admin``: Lease mode on
+        the ``kubeadm init`` node, Kubernetes >= 1.29, where admin.conf is not yet
+        authorised)."""
         manifests = machine.root / "etc/kubernetes/manifests"
         manifests.mkdir(parents=True, exist_ok=True)
-        (manifests / "vipd.yaml").write_text(self.render("pod"))
+        extra = ("--super-admin",) if super_admin else ()
+        (manifests / "vipd.yaml").write_text(self.render("pod", *extra))
 
     # -- bootstrap -----------------------------------------------------------------------
 
@@ -356,7 +383,8 @@ class KubeletBed:
 
     def init(self) -> None:
         first = self.machines["n1"]
-        self.write_static_pod(first)
+        lease = self.election == "lease"
+        self.write_static_pod(first, super_admin=lease)
         cfg = first.dir / "kubeadm-init.yaml"
         cfg.write_text(
             init_config(
@@ -373,6 +401,31 @@ class KubeletBed:
         self.note(f"n1: kubeadm init done in {time.monotonic() - t0:.1f} s")
         took = self.wait_settled(["n1"])
         self.note(f"n1: Ready, its API server ready {took:.1f} s later")
+        if lease:
+            self.back_to_admin_conf(first)
+
+    def back_to_admin_conf(self, machine: Machine, timeout: float = 120.0) -> None:
+        """After ``kubeadm init``: the static pod back on admin.conf, with the command the
+        rendered manifest's header and docs/install.md give; then until the kubelet has
+        replaced the static vipd (a new container, running) and the VIP answers again."""
+
+        def vipd_ids() -> set[str]:
+            out = json.loads(machine.crictl("ps", "-o", "json", "--name", "^vipd$"))
+            return {c["id"] for c in out["containers"]}
+
+        before = vipd_ids()
+        machine.run(["sed", "-i", f"s#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#",
+                     "/etc/kubernetes/manifests/vipd.yaml"])  # fmt: skip
+        self.note(f"{machine.name}: vipd's static pod switched from super-admin.conf to admin.conf")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            now = vipd_ids()
+            if now and not now & before and len(self.holders()) == 1 and self.readyz():
+                self.note(f"{machine.name}: static vipd restarted on admin.conf, VIP held, "
+                          f"{time.monotonic() - t0:.1f} s")  # fmt: skip
+                return
+            time.sleep(0.5)
+        raise MachineError(f"{machine.name}: static vipd not restarted in {timeout:.0f} s")
 
     def ca_hash(self) -> str:
         """``sha256:<hex>`` of the cluster CA's public key, as ``kubeadm join`` checks it."""
@@ -438,17 +491,51 @@ class KubeletBed:
 
     # -- the handover to the DaemonSet ---------------------------------------------------
 
-    def apply_daemonset(self) -> None:
-        """The rendered DaemonSet, placed by a node label so nodes hand over one by one."""
+    def apply_daemonset(self, image: str = VIPD_IMAGE, *, server: str | None = None) -> None:
+        """The rendered DaemonSet, placed by a node label so nodes hand over one by one (a
+        new ``image``: the upgrade docs/install.md describes, ``vipd manifest daemonset
+        --image NEW`` and ``kubectl apply``)."""
+        if self.election == "lease":
+            rbac = self.lab.workdir / "vipd-rbac.yaml"
+            rbac.write_text(self.render("rbac", image=image))
+            self.kubectl("apply", "-f", str(rbac), server=server)
         path = self.lab.workdir / "vipd-daemonset.yaml"
-        path.write_text(self.render("daemonset", "--node-label", ADOPT_LABEL))
-        self.kubectl("apply", "-f", str(path))
+        path.write_text(self.render("daemonset", "--node-label", ADOPT_LABEL, image=image))
+        self.kubectl("apply", "-f", str(path), server=server)
 
-    def vipd_pods(self) -> dict[str, dict[str, Any]]:
+    def rollout_status(self, timeout: float = 300.0, *, server: str | None = None) -> str:
+        """``kubectl -n kube-system rollout status ds/vipd`` (MachineError if it fails)."""
+        proc = self.lab.exec(
+            self.lab.client_ns,
+            self.kubectl_argv("-n", "kube-system", "rollout", "status", "ds/vipd",
+                              f"--timeout={int(timeout)}s", server=server, timeout=timeout),
+            timeout=timeout + 10, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise MachineError(f"rollout status ds/vipd: {(proc.stderr or proc.stdout).strip()}")
+        return proc.stdout
+
+    def follow_logs(self, pod: str, server: str) -> Path:
+        """``kubectl logs -f`` of a vipd pod's vipd container into the work directory: the
+        kubelet deletes a replaced pod's log files with the pod (kept for a post-mortem)."""
+        path = self.lab.workdir / f"{pod}.log"
+        with path.open("ab") as out:
+            self.lab.spawn(
+                self.lab.client_ns,
+                self.kubectl_argv("-n", "kube-system", "logs", "-f", pod, "-c", "vipd",
+                                  server=server, timeout=0),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return path
+
+    def static_manifest(self, name: str) -> Path:
+        return self.machines[name].root / "etc/kubernetes/manifests/vipd.yaml"
+
+    def vipd_pods(self, *, server: str | None = None) -> dict[str, dict[str, Any]]:
         """The DaemonSet's pods by node name."""
         data = json.loads(
-            self.kubectl("get", "pods", "-n", "kube-system", "-l",
-                         "app.kubernetes.io/component=daemonset", "-o", "json")
+            self.kubectl("get", "pods", "-n", "kube-system", "-l", DAEMONSET_SELECTOR,
+                         "-o", "json", server=server)
         )  # fmt: skip
         return {p["spec"].get("nodeName", ""): p for p in data["items"]}
 
@@ -476,24 +563,52 @@ class KubeletBed:
     # -- the client's view ---------------------------------------------------------------
 
     def start_client(self) -> Prober:
-        """Responders on the nodes and the 2 ms TCP prober through the VIP."""
+        """Responders on the nodes, the 2 ms TCP prober through the VIP, kubectl's /readyz
+        through the VIP in a loop, and a watch on the DaemonSet's pods."""
         for node in self.lab.nodes:
             responder = Responder(self.lab, node, WHO_PORT)
             responder.start()
             self.responders.append(responder)
         self.prober = Prober(self.lab, self.vip, WHO_PORT)
         self.prober.start()
+        self.kubectl_loop = ReadyzLoop(self.readyz)
+        self.kubectl_loop.start()
+        # Against n3's own API server: the VIP moves under a watch through it. (n3 is never the
+        # node the flow reboots while it needs the watch: the roll comes before the reboot.)
+        self.pod_watch = PodWatch(
+            self.lab,
+            self.kubectl_argv("get", "pods", "-n", "kube-system", "-l", DAEMONSET_SELECTOR,
+                              "-w", "--no-headers", "-o", f"custom-columns={COLUMNS}",
+                              server=self.server("n3"), timeout=0),
+        )  # fmt: skip
+        self.pod_watch.start()
         return self.prober
 
     def client_kubeconfig(self) -> Path:
         """n1's admin.conf (server: the VIP), for the client namespace."""
         return self.machines["n1"].root / "etc/kubernetes/admin.conf"
 
-    def kubectl(self, *args: str, timeout: float = 30.0, check: bool = True) -> str:
+    def server(self, name: str) -> str:
+        """Node ``name``'s own API server, for kubectl when the VIP may not answer."""
+        return f"https://{self.lab.node(name).ipv4}:{API_PORT}"
+
+    def kubectl_argv(
+        self, *args: str, server: str | None = None, timeout: float = 30.0
+    ) -> list[str]:
+        """kubectl in the client namespace: through the VIP (admin.conf), or ``server``;
+        ``timeout`` 0 for none (a watch)."""
+        where = ["--server", server] if server else []
+        if timeout > 0:
+            where += ["--request-timeout", f"{max(1, int(timeout))}s"]
+        return [str(self.kube_bin / "kubectl"), "--kubeconfig", str(self.client_kubeconfig()),
+                *where, *args]  # fmt: skip
+
+    def kubectl(
+        self, *args: str, timeout: float = 30.0, check: bool = True, server: str | None = None
+    ) -> str:
         proc = self.lab.exec(
             self.lab.client_ns,
-            [str(self.kube_bin / "kubectl"), "--kubeconfig", str(self.client_kubeconfig()),
-             "--request-timeout", f"{max(1, int(timeout))}s", *args],
+            self.kubectl_argv(*args, server=server, timeout=timeout),
             timeout=timeout + 5, check=check,
         )  # fmt: skip
         return proc.stdout
@@ -514,8 +629,8 @@ class KubeletBed:
             time.sleep(0.5)
         raise MachineError(f"/readyz through the VIP did not answer in {timeout:.0f} s")
 
-    def nodes_ready(self) -> dict[str, bool]:
-        data = json.loads(self.kubectl("get", "nodes", "-o", "json"))
+    def nodes_ready(self, *, server: str | None = None) -> dict[str, bool]:
+        data = json.loads(self.kubectl("get", "nodes", "-o", "json", server=server))
         out = {}
         for item in data["items"]:
             conds = {c["type"]: c["status"] for c in item["status"].get("conditions", [])}
@@ -528,10 +643,45 @@ class KubeletBed:
     def node(self, name: str) -> Node:
         return self.lab.node(name)
 
+    def vipd_containers(self, name: str) -> list[dict[str, Any]]:
+        """Every vipd container node ``name``'s containerd has (running or exited): its pod,
+        state, exit code, start and finish (POSIX seconds, 0 when not yet)."""
+        machine = self.machines[name]
+        listed = json.loads(machine.crictl("ps", "-a", "--name", "^vipd$", "-o", "json"))
+        found = [self.container(name, c["id"]) for c in listed["containers"]]
+        return [dict(c, id=i["id"]) for c, i in zip(found, listed["containers"], strict=True) if c]
+
+    def container(self, name: str, container_id: str) -> dict[str, Any] | None:
+        """One container of node ``name`` as ``vipd_containers`` gives it (None: gone)."""
+        proc = self.machines[name].run(
+            ["crictl", "--runtime-endpoint", f"unix://{CONTAINERD_SOCKET}", "inspect",
+             container_id], check=False, timeout=10,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            return None
+        status = json.loads(proc.stdout)["status"]
+        return {
+            "pod": status["labels"].get("io.kubernetes.pod.name", ""),
+            "state": status["state"],
+            "exit_code": status.get("exitCode"),
+            "started": rfc3339(status.get("startedAt", "")),
+            "finished": rfc3339(status.get("finishedAt", "")),
+        }
+
     def running_containers(self, name: str) -> list[str]:
         """Names of the containers the node's containerd runs (``crictl ps``)."""
         out = self.machines[name].crictl("ps", "-o", "json")
         return sorted(c["metadata"]["name"] for c in json.loads(out)["containers"])
+
+
+def rfc3339(stamp: str) -> float:
+    """POSIX seconds of an RFC 3339 time as containerd gives it (nanoseconds, trailing zeros
+    trimmed, ``Z``); 0.0 for an empty or zero time (``0001-01-01T00:00:00Z``)."""
+    if not stamp or stamp.startswith("0001-"):
+        return 0.0
+    main, _, frac = stamp.rstrip("Z").partition(".")
+    base = dt.datetime.fromisoformat(main).replace(tzinfo=dt.UTC).timestamp()
+    return base + (int(frac.ljust(9, "0")[:9]) / 1e9 if frac else 0.0)
 
 
 def usable() -> str | None:

@@ -84,8 +84,14 @@ def ensure_archive(
     *,
     vipd_image: str,
     source_root: Path,
+    vipd_tags: Sequence[str] = (),
 ) -> Path:
-    """Build every image (scratch ones and vipd's), save them as one docker archive."""
+    """Build every image (scratch ones and vipd's), save them as one docker archive.
+
+    ``vipd_tags`` are further names of the same vipd image (an upgrade's "new" image in the
+    bed is a second tag: same layers, a different name in the DaemonSet's spec, so the kubelet
+    replaces every pod as it would for a new release).
+    """
     ids = []
     with tempfile.TemporaryDirectory(prefix="vipd-images-", dir=podman.root / "tmp") as tmp:
         for spec in specs:
@@ -101,7 +107,10 @@ def ensure_archive(
     podman.ensure_base()
     podman.build(source_root, tag=vipd_image)
     ids.append(_image_id(podman, vipd_image))
-    names = [*(s.name for s in specs), vipd_image]
+    for tag in vipd_tags:
+        podman.cmd("tag", vipd_image, tag)
+        ids.append(_image_id(podman, tag))
+    names = [*(s.name for s in specs), vipd_image, *vipd_tags]
     key = hashlib.sha256("\n".join(f"{n} {i}" for n, i in zip(names, ids, strict=True)).encode())
     archive = podman.root / f"kubelet-bed-{key.hexdigest()[:16]}.tar"
     if not archive.is_file():
