@@ -13,12 +13,14 @@ for the core's ``wake_at``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from ipaddress import IPv4Address
 
 from tests.unit.hostfakes import FakeLeaseApi, Host, LeaseStore
 from vipd import config, metrics
 from vipd.agent import EXIT_OK, Agent
+from vipd.lease import logic
 from vipd.lease.driver import LeaseElection
 from vipd.preflight import HostLink, Preflight
 
@@ -173,5 +175,49 @@ def test_a_foreign_announcement_makes_the_leader_yield_and_ends_the_successor_wa
         assert await a.stopped() == EXIT_OK
         assert loop.time() - t0 < 0.6, loop.time() - t0
         assert not a.bound
+
+    asyncio.run(scenario())
+
+
+class RenewalLandsFirst(LeaseStore):
+    """The renewal in flight when the stop began reaches the store just before the release:
+    the release's resourceVersion is stale by one write (a race client-go's renew loop
+    cannot have: it releases only after its last renewal returned)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raced = False
+
+    def call(self, req: logic.Request) -> logic.Outcome:
+        if req.purpose is logic.Purpose.RELEASE and not self.raced:
+            self.raced = True
+            with self.lock:
+                assert self.record is not None
+                self.version += 1
+                self.record = dataclasses.replace(self.record, resource_version=str(self.version))
+        return super().call(req)
+
+
+def test_a_release_refused_on_a_stale_version_is_sent_again_and_the_handover_stays_graceful() -> (
+    None
+):
+    async def scenario() -> None:
+        store = RenewalLandsFirst()
+        slow = {"duration": 30, "renew_deadline": 20, "retry_period": 0.1}
+        a, b = Node("a", store, slow), Node("b", store, slow)
+        a.start()
+        await until(lambda: a.bound)
+        b.start()
+        await until(lambda: b.agent.status(0.0)["lease"]["holder"] == "a")
+        a.stop.set()
+        # Without the second release b would wait out the 30 s Lease; with it, b takes the
+        # released Lease at its next read and a keeps the VIP until then.
+        await until(lambda: b.bound)
+        assert store.raced and ("update", None) in store.writes
+        assert await a.stopped() == EXIT_OK
+        assert a.host.events == ["bind", "garp", "unbind"]
+        assert store.record is not None and store.record.holder == "b"
+        b.stop.set()
+        assert await b.stopped() == EXIT_OK
 
     asyncio.run(scenario())

@@ -697,3 +697,24 @@ def test_a_holder_named_like_a_label_does_not_change_the_label() -> None:
     s = sent(e.on_result(1.0, s.request.id, Conflict(), True))
     acts = e.on_result(1.0, s.request.id, Ok(rec("5", "created-released-deleted")), True)
     assert _labels(acts) == ["lost"]
+
+
+def test_a_release_refused_on_a_stale_version_is_sent_again_on_the_fresh_one() -> None:
+    e = elector()
+    lead(e)
+    first = sent(e.release(0.5, timeout=1.0)).request
+    assert first.resource_version == "1"
+    # The renewal in flight at the stop landed first (rv 2): still ours, release on rv 2.
+    again = sent(e.release_again(0.6, 1.0, rec("2", "n1"))).request
+    assert (again.purpose, again.holder, again.resource_version) == (Purpose.RELEASE, None, "2")
+    assert again.id != first.id
+    acts = e.on_result(0.61, again.id, Ok(rec("3", None, duration=1)), True)
+    assert isinstance(acts[0], BecomeFollower) and not e.leader
+
+
+def test_a_lease_another_node_holds_meanwhile_is_not_released_again() -> None:
+    e = elector()
+    lead(e)
+    sent(e.release(0.5, timeout=1.0))
+    assert e.release_again(0.6, 1.0, rec("5", "n2")) == []
+    assert e.pending is None

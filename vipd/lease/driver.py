@@ -662,7 +662,6 @@ class LeaseElection:
     async def resign(self, graceful: bool) -> None:
         """Release the Lease; after a graceful stop keep the VIP until a successor shows in
         the Lease (the agent removes it when this returns)."""
-        loop = asyncio.get_running_loop()
         # Release whatever the role: a leader whose VIP waits for ``bind_at`` holds the Lease
         # too (``leader`` is False then). The successor wait is only for a VIP that is up.
         held_vip = self.elector.leader
@@ -677,29 +676,56 @@ class LeaseElection:
         self._transition(FOLLOWER, "released", "stopping: releasing the Lease", now)
         released = False
         released_at = now
-        for a in self.elector.release(now, timeout):
-            if isinstance(a, logic.Send):
-                released_at = time.monotonic()
-                try:
-                    outcome = await asyncio.wait_for(
-                        loop.run_in_executor(self._pool, self.api.call, a.request),
-                        timeout + 0.5,
-                    )
-                except TimeoutError:
-                    outcome = logic.Unreachable("timed out")
-                released = isinstance(outcome, logic.Ok)
-                if released:
-                    vlog.event(self.log, logging.INFO, "released the Lease", outcome="ok")
-                else:
-                    vlog.event(
-                        self.log,
-                        logging.WARNING,
-                        "could not release the Lease: peers wait for it to expire",
-                        outcome=logic.outcome_kind(outcome),
-                    )
+        actions = self.elector.release(now, timeout)
+        outcome: logic.Outcome | None = None
+        # One more try after a 409: a renewal in flight at the stop lands first and moves
+        # the resourceVersion on; without the retry the peers would wait out the Lease.
+        for attempt in (1, 2):
+            sends = [a for a in actions if isinstance(a, logic.Send)]
+            if not sends:
+                break
+            released_at = time.monotonic()
+            outcome = await self._call(sends[0].request, timeout + 0.5)
+            released = isinstance(outcome, logic.Ok)
+            if released or attempt == 2 or not isinstance(outcome, logic.Conflict):
+                break
+            read = logic.Request(0, logic.Verb.GET, logic.Purpose.READ, timeout=timeout)
+            fresh = await self._call(read, timeout + 0.5)
+            if not isinstance(fresh, logic.Ok):
+                break
+            vlog.event(
+                self.log,
+                logging.INFO,
+                "release refused on a stale version: releasing again",
+                holder=fresh.record.holder,
+            )
+            actions = self.elector.release_again(self.clock(), timeout, fresh.record)
+        if released:
+            vlog.event(self.log, logging.INFO, "released the Lease", outcome="ok")
+        elif outcome is not None:
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "could not release the Lease: peers wait for it to expire",
+                outcome=logic.outcome_kind(outcome),
+            )
         if released and graceful and held_vip:
             await self._await_successor(released_at)
         self._successor_heard = None
+
+    async def _call(self, request: logic.Request, timeout: float) -> logic.Outcome:
+        """One API call on the pool, its answer or Unreachable after ``timeout``."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(
+                loop.run_in_executor(self._pool, self._api_call, request), timeout
+            )
+        except TimeoutError:
+            return logic.Unreachable("timed out")
+
+    def _api_call(self, request: logic.Request) -> logic.Outcome:
+        assert self.api is not None
+        return self.api.call(request)
 
     async def _await_successor(self, released_at: float) -> None:
         """Make-before-break: keep the (quiet) VIP until the successor is up, at most one

@@ -642,6 +642,18 @@ class Elector:
         self.pending = _Pending(req, now, now + timeout)
         return [Send(req)]
 
+    def release_again(self, now: float, timeout: float, fresh: Record) -> list[Action]:
+        """The release was refused with 409 and ``fresh`` is the Lease as read since: the
+        renewal that was in flight when the stop began landed first and moved the
+        resourceVersion on (client-go cannot meet this: it releases only after its renew
+        loop has returned). Release again on the fresh version if the Lease is still ours;
+        nothing to send if another node holds it (it is no longer ours to give up)."""
+        self.observed = fresh
+        if fresh.holder != self.params.identity:
+            self.pending = None
+            return []
+        return self.release(now, timeout)
+
     # -- internals -----------------------------------------------------------------------
 
     def _health(self, healthy: bool) -> None:
