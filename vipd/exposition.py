@@ -275,7 +275,7 @@ class OptionalGauge(Family):
         return v() if callable(v) else v
 
     def samples(self) -> Iterator[Sample]:
-        for key, v in list(self._values.copy().items()):
+        for key, v in self._values.copy().items():
             value = v() if callable(v) else v
             if value is not None:
                 yield self.name, self._pairs(key), float(value)

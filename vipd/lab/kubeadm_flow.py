@@ -46,6 +46,7 @@ from vipd.lab.kubelet_bed.bed import (
     VIPD_IMAGE_NEXT,
     Election,
     KubeletBed,
+    pod_ready,
     usable,
 )
 from vipd.lab.kubelet_bed.clients import PodSeen
@@ -371,11 +372,6 @@ def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) 
     )
 
 
-def _pod_ready(pod: dict[str, Any] | None) -> bool:
-    statuses = (pod or {}).get("status", {}).get("containerStatuses") or []
-    return bool(statuses) and all(c.get("ready") for c in statuses)
-
-
 def _node_back(bed: KubeletBed, node: str) -> bool:
     """Node ``node`` runs its vipd and its API server again after a reboot. From the node
     itself (its containerd, its own API server's /readyz) and then the API: right after the
@@ -383,7 +379,7 @@ def _node_back(bed: KubeletBed, node: str) -> bool:
     try:
         if "vipd" not in bed.running_containers(node) or not bed.api_ready(node):
             return False
-        return bed.nodes_ready().get(node, False) and _pod_ready(bed.vipd_pods().get(node))
+        return bed.nodes_ready().get(node, False) and pod_ready(bed.vipd_pods().get(node))
     except (LabError, MachineError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError):
         return False
 
@@ -463,7 +459,7 @@ def bad_image_recovery(bed: KubeletBed, static_on: str = "n1") -> Recovery:
     static = bed.static_manifest(static_on)
     adopted = _wait(
         f"adopt on {static_on}",
-        lambda: not static.exists() and _pod_ready(bed.vipd_pods(server=server).get(static_on)),
+        lambda: not static.exists() and pod_ready(bed.vipd_pods(server=server).get(static_on)),
         180,
     )
     bed.rollout_status(server=server)

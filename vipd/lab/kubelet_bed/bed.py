@@ -545,14 +545,13 @@ class KubeletBed:
         t0 = time.monotonic()
         self.note(f"{name}: label {ADOPT_LABEL} (adopt)")
         self.kubectl("label", "node", name, f"{ADOPT_LABEL}=")
-        static = self.machines[name].root / "etc/kubernetes/manifests/vipd.yaml"
+        static = self.static_manifest(name)
         while time.monotonic() - t0 < timeout:
             try:
                 pod = self.vipd_pods().get(name)
             except (LabError, subprocess.TimeoutExpired, json.JSONDecodeError):
                 pod = None
-            statuses = (pod or {}).get("status", {}).get("containerStatuses") or []
-            if statuses and all(c.get("ready") for c in statuses) and not static.exists():
+            if pod_ready(pod) and not static.exists():
                 took = time.monotonic() - t0
                 self.note(f"{name}: DaemonSet pod ready, static pod gone, {took:.1f} s")
                 return took
@@ -682,6 +681,12 @@ def rfc3339(stamp: str) -> float:
     main, _, frac = stamp.rstrip("Z").partition(".")
     base = dt.datetime.fromisoformat(main).replace(tzinfo=dt.UTC).timestamp()
     return base + (int(frac.ljust(9, "0")[:9]) / 1e9 if frac else 0.0)
+
+
+def pod_ready(pod: dict[str, Any] | None) -> bool:
+    """The pod (as the API returns it) has containers and every one of them is ready."""
+    statuses = (pod or {}).get("status", {}).get("containerStatuses") or []
+    return bool(statuses) and all(c.get("ready") for c in statuses)
 
 
 def usable() -> str | None:
