@@ -34,6 +34,12 @@ What it reports:
   ``decision_to_garp_ms``; p50/p99/max over all of them;
 - the client-observed outage of the second move, when the faulted node comes back and
   preempts (for ``stop``: the resumed node, VIP still bound, wins the client back);
+  and of that move alone, the **move gap** (the last connect answered by the holder → the first
+  answered by the returning node, with the connects that failed inside it), beside the
+  largest gap between two answers of one node in the same window, where nothing moved (the
+  client's own floor); ``--probe-interval`` sets the client's rate (2 ms by default: finer
+  shows a sub-millisecond move), ``--load N`` keeps N busy loops on the cores for the run,
+  ``--client-realtime`` runs the client under SCHED_FIFO (``vipd.lab.prober --realtime``);
 - steady-state cost at every advert interval (after the first ``kill`` block of each daemon),
   sampled after the rounds with the prober stopped and the cluster converged: CPU (utime +
   stime from /proc/PID/stat over the window, and the same at ns resolution from
@@ -302,6 +308,8 @@ class ConfigRun:
     rounds: int
     order: int
     block: int = 1
+    probe_interval: float = Options.probe_interval
+    probe_realtime: bool = False
     report: dict[str, Any] | None = None
     takeovers: list[dict[str, Any]] = field(default_factory=list)
     steady: dict[str, Any] | None = None
@@ -358,6 +366,8 @@ def run_config(cfg: ConfigRun, tmp: Path, steady_seconds: float | None) -> None:
         version=3,
         fault=cfg.fault,
         rounds=cfg.rounds,
+        probe_interval=cfg.probe_interval,
+        probe_realtime=cfg.probe_realtime,
     )
     spec = opts.spec()
     prefix = new_prefix()
@@ -528,16 +538,34 @@ def summarise(runs: list[ConfigRun], adverts: Sequence[float]) -> dict[str, Any]
                     for rd in r.report["rounds"]
                     if not rd["ok"]
                 ]
-                after = [
-                    float(rd["preemption_outage_ms"])
+                returned = [
+                    rd
                     for r in cr
                     if r.report is not None
                     for rd in r.report["rounds"]
                     if rd["reconverged"] and rd["preemption_outage_ms"] is not None
                 ]
+                after = [float(rd["preemption_outage_ms"]) for rd in returned]
+                moved = [rd for rd in returned if rd.get("preemption_move_gap_ms") is not None]
                 by[daemon] = {
                     "outage_ms": pct(values),
                     "after_restore_outage_ms": pct(after),
+                    # The same second move, only the gap where the answering node changed,
+                    # and what else the window held (see vipd.lab.analysis).
+                    "after_restore_move_gap_ms": pct(
+                        [float(rd["preemption_move_gap_ms"]) for rd in moved]
+                    ),
+                    "after_restore_move_failures": sum(
+                        int(rd["preemption_move_failures"] or 0) for rd in moved
+                    ),
+                    "after_restore_rounds_without_move": len(returned) - len(moved),
+                    "after_restore_other_gap_ms": pct(
+                        [
+                            float(rd["preemption_other_gap_ms"])
+                            for rd in returned
+                            if rd.get("preemption_other_gap_ms") is not None
+                        ]
+                    ),
                     "lab_runs": len(cr),
                     "rounds_run": sum(len(r.report["rounds"]) for r in cr if r.report),
                     "failed_rounds": failed,
@@ -864,6 +892,12 @@ def _triple(p: dict[str, Any] | None) -> str:
 
 def render_markdown(doc: dict[str, Any]) -> str:
     env, s = doc["environment"], doc["summary"]
+    par = doc["parameters"]
+    every = f"{par.get('probe_interval_s', Options.probe_interval) * 1000:g} ms"
+    client = every + (", the client under SCHED_FIFO" if par.get("probe_realtime") else "")
+    load = (
+        f" {par['load_processes']} busy loop(s) on the cores." if par.get("load_processes") else ""
+    )
     lines = [
         "### Failover: vipd vs keepalived",
         "",
@@ -873,9 +907,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "daemon's (vipd, keepalived, keepalived, vipd, then mirrored), so changes in the "
         "machine's load hit both. "
         "Client-observed outage = largest gap between successful TCP connects to the VIP "
-        "(one every 2 ms) around the fault. Bound = 3×Adv + Skew_Time of the priority-150 "
-        "backup that takes over (for `term` the RFC bound is Skew_Time alone: the master "
-        "sends priority 0).",
+        f"(one every {client}) around the fault. Bound = 3×Adv + Skew_Time of the "
+        "priority-150 backup that takes over (for `term` the RFC bound is Skew_Time alone: "
+        f"the master sends priority 0).{load}",
         "",
         "| advert | fault | bound ms | vipd p50 / p90 / max ms | keepalived p50 / p90 / max ms "
         "| vipd/keepalived p50 | vipd/keepalived p90 | vipd max ≤ bound + 15 ms | rounds ok |",
@@ -913,6 +947,29 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines.append(
             f"| {o['advert_interval']:g} s | {o['fault']} | {_triple(va)} | {_triple(ka)} "
             f"| {_f(_ratio(va and va['p50'], ka and ka['p50']), 2)} |"
+        )
+    lines += [
+        "",
+        "The same second move, only the gap at the move: between the last connect answered by "
+        "the node that had the VIP and the first answered by the returning node (connects "
+        f"start every {every}, so that is the resolution), with the connects that "
+        "failed inside it; and the largest gap between two answers of the same node in the "
+        "window (where nothing moved: the client's and the machine's own floor):",
+        "",
+        "| advert | fault | vipd move gap p50 / p90 / max ms | failed | keepalived move gap "
+        "p50 / p90 / max ms | failed | vipd/keepalived p50 | floor vipd / keepalived p50 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for o in s["outage"]:
+        v, k = o["vipd"], o["keepalived"]
+        vm, km = v.get("after_restore_move_gap_ms"), k.get("after_restore_move_gap_ms")
+        vf, kf = v.get("after_restore_other_gap_ms"), k.get("after_restore_other_gap_ms")
+        lines.append(
+            f"| {o['advert_interval']:g} s | {o['fault']} | {_triple(vm)} "
+            f"| {v.get('after_restore_move_failures', '–')} | {_triple(km)} "
+            f"| {k.get('after_restore_move_failures', '–')} "
+            f"| {_f(_ratio(vm and vm['p50'], km and km['p50']), 2)} "
+            f"| {_f(vf and vf['p50'])} / {_f(kf and kf['p50'])} |"
         )
     lines += render_wire(doc)
     a = s["actuation"]
@@ -1021,6 +1078,7 @@ def render_wire(doc: dict[str, Any]) -> list[str]:
     rows = s.get("wire") or []
     if not rows:
         return []
+    every = f"{doc['parameters'].get('probe_interval_s', Options.probe_interval) * 1000:g} ms"
     lines = [
         "",
         "From the wire (tcpdump on the lab's bridge during the same rounds; "
@@ -1104,8 +1162,8 @@ def render_wire(doc: dict[str, Any]) -> list[str]:
         "configuration), so the conversion adds no error beyond microseconds; a frame's "
         "stamp is taken when the bridge hands it to the capture, microseconds after the "
         "sender's write unless a softirq is delayed on this shared machine. Outage start "
-        "and end come from the prober, which connects every 2 ms: that, not the clock, "
-        "bounds the phase-corrected outage's accuracy (±2 ms). Cross-check: for `kill` the "
+        f"and end come from the prober, which connects every {every}: that, not the clock, "
+        f"bounds the phase-corrected outage's accuracy (±{every}). Cross-check: for `kill` the "
         "dead master's last advert must precede the start of the client's outage (to within "
         "one probe interval plus a connect's round trip: the link went down before the "
         "first failed connect completed); "
@@ -1360,6 +1418,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="output dir")
     parser.add_argument(
+        "--probe-interval",
+        type=float,
+        default=Options.probe_interval,
+        metavar="S",
+        help=f"the client's connect interval (default {Options.probe_interval:g})",
+    )
+    parser.add_argument(
+        "--client-realtime",
+        action="store_true",
+        help="run the client under SCHED_FIFO, so its own lost slices are not counted as gaps",
+    )
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N busy loops on the machine's cores for the whole run (default 0)",
+    )
+    parser.add_argument(
         "--no-snapshot",
         action="store_true",
         help="run vipd from the working tree itself, not from a copy of vipd/ taken at the "
@@ -1382,6 +1459,8 @@ def main(argv: list[str] | None = None) -> int:
         FAULTS = tuple(f for f in FAULTS if f in args.faults)
     if rounds < 1 or steady < 0 or args.blocks < 1:
         parser.error("--rounds and --blocks must be ≥ 1 and --steady-seconds ≥ 0")
+    if not 0.0001 <= args.probe_interval <= 0.1 or args.load < 0:
+        parser.error("--probe-interval must be within 0.0001–0.1 s and --load ≥ 0")
     why = runner.preflight(Options(daemon="keepalived"))
     if why is None and shutil.which("tcpdump") is None:
         why = "tcpdump is not installed (the wire timings need it)"
@@ -1424,6 +1503,16 @@ def measure_all(
     runs: list[ConfigRun] = []
     interrupted = False
     plan = list(schedule(adverts, rounds, args.blocks))
+    for cfg in plan:
+        cfg.probe_interval = args.probe_interval
+        cfg.probe_realtime = args.client_realtime
+    hogs = [
+        # Other work on the cores, as a shared control-plane node has: a busy loop each.
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(args.load)
+    ]
+    if hogs:
+        _log(f"load: {len(hogs)} busy loop(s) for the whole run")
     try:
         for i, cfg in enumerate(plan, 1):
             _log(f"[{i}/{len(plan)}] {cfg.daemon}, advert {cfg.advert:g} s, fault {cfg.fault}")
@@ -1433,6 +1522,10 @@ def measure_all(
     except KeyboardInterrupt:
         interrupted = True
         _log("interrupted: writing what was measured so far")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     env["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     end = code_state()
     env["vipd_fingerprint_end"] = end["fingerprint"]
@@ -1455,7 +1548,9 @@ def measure_all(
             "steady_seconds": steady,
             "steady_settle_seconds": STEADY_SETTLE,
             "takeover_priority": TAKEOVER_PRIORITY,
-            "probe_interval_s": Options().probe_interval,
+            "probe_interval_s": args.probe_interval,
+            "load_processes": args.load,
+            "probe_realtime": args.client_realtime,
             "wire_capture": {"interface": "br0", "filter": wire.CAPTURE_FILTER},
         },
         "interrupted": interrupted,

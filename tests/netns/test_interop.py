@@ -27,6 +27,10 @@ Timing theory (RFC 3768 / RFC 9568 §6.1, keepalived's ``VRRP_TIMER_SKEW_CALC``)
 backup's own priority p and the master's interval A: v2 Skew = (256 - p) / 256 s; v3 Skew =
 (256 - p) x A / 256; Master_Down_Interval = 3 x A + Skew.
 
+``test_resumed_vipd_announces_before_it_advertises``: a vipd master SIGSTOPped until keepalived
+has taken over, then resumed with the VIP still bound, must put its gratuitous ARP on the wire
+before the advert that makes keepalived step down.
+
 ``test_negative_control_version_mismatch_is_dual_master`` is the NEGATIVE CONTROL: vipd speaking
 VRRPv3 against a keepalived that expects VRRPv2 must be caught by the very same checks as a
 dual master, which proves those checks can fail. The wire checker is held to keepalived's own
@@ -569,6 +573,49 @@ def test_interop_life_cycle(
             pair.stop_all()
         final_checks(pair)
     print(f"\n[{mode.name} {high_kind}-high] " + " ".join(f"{k}={v:.3f}" for k, v in got.items()))
+
+
+def test_resumed_vipd_announces_before_it_advertises(
+    make_lab: Callable[..., Lab], keepalived_ok: None, tmp_path: Path
+) -> None:
+    """vipd H SIGSTOPped until keepalived L has taken over, then SIGCONT: H, resumed with the
+    VIP still bound, must put its gratuitous ARP on the wire before its first advert (the
+    one that makes L step down), and win the VIP back alone."""
+    lab = make_lab(2)
+    pair = Pair(lab, MODES[0], "vipd")
+    h, lo = pair.high, pair.low
+    rig_h = pair.rigs[h.node.name]
+    with pair.explained(tmp_path):
+        try:
+            pair.capture.start()
+            pair.start_high_alone()
+            low_start = pair.start_low()
+            pair.steady(h, lo, pair.mdi(lo) + 0.6, since=low_start)
+            faults.stop(pair.lab, rig_h)
+            pair.wait(
+                f"{lo.kind} to take over from the stopped {h.kind}",
+                lambda: is_master(lo) and lo.node.name in pair.live_holders(),
+                pair.mdi(lo) + MARGIN + 0.5,
+            )
+            time.sleep(3 * pair.spec.advert_interval)  # L's adverts queue in H's socket
+            t_cont = time.time()
+            faults.restore(pair.lab, rig_h)
+            first_h = pair.wait_advert(h, after=t_cont, timeout=2.0)
+            pair.wait(
+                f"{h.kind} to hold the VIP alone and {lo.kind} to say BACKUP",
+                lambda: pair.live_holders() == [h.node.name] and lo.state() == "BACKUP",
+                2 * pair.spec.advert_interval + MARGIN,
+            )
+            garps = [ts for ts, who in pair.capture.gratuitous_arps(pair.vip) if who == h.node.name]
+            first_garp = next((ts for ts in garps if ts > t_cont), None)
+        finally:
+            pair.stop_all()
+        assert first_garp is not None, "no gratuitous ARP from the resumed vipd"
+        assert first_garp < first_h.ts, (
+            f"the resumed vipd advertised {first_garp - first_h.ts:.6f} s before its "
+            "gratuitous ARP: break-before-make"
+        )
+        final_checks(pair)
 
 
 def test_negative_control_version_mismatch_is_dual_master(

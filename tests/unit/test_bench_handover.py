@@ -38,3 +38,6 @@ def test_summary_per_kind() -> None:
     assert "| roll | 2 | 5.0 / 8.0 | 90.0 | 2 | 1 |" in handover.render(
         {"runs": 1, "election": "vrrp", "command": "bench/handover.py", "summary": got}
     )
+    client = {"probe_interval_s": 0.002, "sched_fifo": True}
+    doc = {"runs": 1, "election": "vrrp", "command": "x", "summary": got, "client": client}
+    assert "every 2 ms, under SCHED_FIFO." in handover.render(doc)

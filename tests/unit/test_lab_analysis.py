@@ -118,6 +118,31 @@ def test_three_node_hand_off_is_a_flap_but_not_interleaved() -> None:
     assert (o.before, o.final) == ("n1", "n2")
 
 
+def test_move_gap_is_the_gap_where_the_answering_node_changes() -> None:
+    # n1 stops answering for 5 attempts well before the move (a stall where nothing moved);
+    # the move itself, n1 → n2, loses two connections.
+    attempts = timeline("111" + "....." + "11111" + "..22222")
+    o = measure(attempts, fault=at(1), end=at(20), pre=0.0)
+    assert o.outage == pytest.approx(6 * STEP)  # index 2 → 8: the stall, not the move
+    assert o.move_gap == pytest.approx(3 * STEP)  # index 12 (n1) → 15 (n2)
+    assert o.move_failures == 2
+    assert o.other_gap == pytest.approx(6 * STEP)
+    assert o.to_dict()["move_gap"] == pytest.approx(3 * STEP)
+
+
+def test_clean_failover_move_gap_equals_the_outage() -> None:
+    attempts = timeline("1111111" + "." * 30 + "2222222222")
+    o = measure(attempts, fault=at(7), end=at(50), pre=0.05)
+    assert o.move_gap == pytest.approx(o.outage or 0.0)
+    assert o.move_failures == 30 and o.other_gap == pytest.approx(STEP)
+
+
+def test_no_move_no_move_gap() -> None:
+    o = measure(timeline("111...111"), fault=at(3), end=at(9))
+    assert o.move_gap is None and o.move_failures == 0
+    assert o.other_gap == pytest.approx(4 * STEP)
+
+
 def test_same_node_keeps_the_vip_no_switch() -> None:
     attempts = timeline("111...111")
     o = measure(attempts, fault=at(3), end=at(9))

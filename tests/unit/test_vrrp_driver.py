@@ -129,6 +129,43 @@ def test_takeover_sends_the_advert_then_binds_then_announces() -> None:
     run(scenario)
 
 
+def test_an_active_woken_late_reads_first_and_announces_before_it_advertises() -> None:
+    # SIGSTOP, then SIGCONT seconds later: meanwhile a lower-priority router took over and
+    # its adverts wait in our socket. The overdue tick must not advertise first (that makes
+    # the other router drop the VIP while the clients still point at its MAC).
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.wire.queue.append(advert(PEER, 150))
+        n.clock.now += 5.0  # frozen for five advert intervals
+        mark = len(n.events)
+        n.timers.fire_next()
+        while n.timers.pending and "advert:200" not in n.events.since(mark):
+            n.timers.fire_next()
+        got = n.events.since(mark)
+        assert got.index("garp") < got.index("advert:200"), got
+        assert n.election.machine.state is state.State.ACTIVE
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def test_an_active_woken_late_with_nothing_queued_just_advertises() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        n.clock.now += 5.0
+        mark = len(n.events)
+        n.timers.fire_next()
+        assert n.events.since(mark) == ["advert:200"]
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
 def test_a_better_advert_inside_the_last_slack_stops_the_takeover() -> None:
     async def scenario(n: Node) -> None:
         await n.start()

@@ -18,6 +18,12 @@ Definitions (also in ``measure``'s docstring, and what the lab reports):
   A clean failover has one switch (or none, if the same node kept or got back the VIP);
   **flap** means two or more (A→B→A, or A→B→C), and **interleaved** means some node answered
   again after another node had answered (A→B→A): two nodes answering the VIP at once.
+- **move gap**: the largest gap between consecutive successes answered by *different* nodes
+  (the client-seen cost of the VIP moving, at the probe's resolution), with the failed
+  attempts started inside it; **other gap**: the largest gap between consecutive successes
+  answered by the same node, where nothing moved (the prober's and the machine's own floor
+  in the window). A planned move that loses no connection has a move gap of about one probe
+  interval even where a scheduling stall elsewhere in the window makes the outage larger.
 
 What it must not do: any I/O, clock reads or sleeping. Everything is passed in, so every rule
 here has a unit test on made-up timelines (tests/unit/test_lab_analysis.py).
@@ -83,6 +89,9 @@ class Outage:
     interleaved: bool
     successes: int
     failures: int
+    move_gap: float | None = None  # seconds; None if the answering node never changed
+    move_failures: int = 0  # failed attempts started inside the move gap
+    other_gap: float | None = None  # largest gap between two answers of the same node
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +154,22 @@ def measure(
 
     names = [n for _, n in chain if n is not None]
     switches, interleaved = _switches(names)
+    move_gap: float | None = None
+    move_span: tuple[float, float] | None = None
+    other_gap: float | None = None
+    for (t0, n0), (t1, n1) in itertools.pairwise(chain):
+        if n0 is None:
+            continue
+        if n0 != n1:
+            if move_gap is None or t1 - t0 > move_gap:
+                move_gap, move_span = t1 - t0, (t0, t1)
+        elif other_gap is None or t1 - t0 > other_gap:
+            other_gap = t1 - t0
+    move_failures = (
+        sum(1 for a in window if not a.ok and move_span[0] < a.start < move_span[1])
+        if move_span is not None
+        else 0
+    )
     return Outage(
         fault=fault,
         window_start=lo,
@@ -162,6 +187,9 @@ def measure(
         interleaved=interleaved,
         successes=len(ok),
         failures=failures,
+        move_gap=move_gap,
+        move_failures=move_failures,
+        other_gap=other_gap,
     )
 
 

@@ -300,6 +300,24 @@ class Reboot:
     problems: list[str]
 
 
+def handover_bound(bed: KubeletBed) -> float:
+    """What a graceful handover's client gap must stay under: less than any takeover by
+    timeout. VRRP: the successor's Master_Down_Interval (RFC 9568 section 6.1; the stopping
+    leader's priority-0 advert lets it take over at Skew_Time). Lease: a released Lease is
+    taken at a follower's next try, ``retry_period`` later at most, plus the lab's margin;
+    one that was not released is taken only once ``duration`` has run out."""
+    election = bed.vipd_config()["election"]
+    if election["mode"] == "lease":
+        return float(election["lease"]["retry_period"]) + LEASE_MARGIN
+    return _master_down(election["vrrp"])
+
+
+def _master_down(vrrp: dict[str, Any]) -> float:
+    """Master_Down_Interval of a node with this ``election.vrrp`` config (VRRPv3)."""
+    interval_cs = round(float(vrrp["advert_interval"]) * 100)
+    return master_down_interval(3, int(vrrp.get("priority", 100)), interval_cs)
+
+
 def failover_bound(bed: KubeletBed) -> float:
     """The failover bound the bed's config promises, plus the lab's margin for this machine.
     VRRP: Master_Down_Interval (RFC 9568 section 6.1) at the configured priority. Lease: a
@@ -309,10 +327,7 @@ def failover_bound(bed: KubeletBed) -> float:
     if election["mode"] == "lease":
         lease = election["lease"]
         return float(lease["duration"]) + float(lease["retry_period"]) + LEASE_MARGIN
-    vrrp = election["vrrp"]
-    interval_cs = round(float(vrrp["advert_interval"]) * 100)
-    priority = int(vrrp.get("priority", 100))
-    return master_down_interval(3, priority, interval_cs) + MARGIN
+    return _master_down(election["vrrp"]) + MARGIN
 
 
 def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) -> Reboot:

@@ -15,6 +15,11 @@ not start order. It runs until stdin reaches EOF, SIGTERM/SIGINT, or ``--duratio
 
 This module also holds ``Prober``, the lab-side handle that runs it and collects its lines.
 
+With ``--realtime`` it runs under SCHED_FIFO (priority ``REALTIME_PRIORITY``): on a lab whose
+nodes share the client's cores with busy API servers, the client would otherwise measure its
+own lost time slices as gaps, where a real client sits on another machine. It only sleeps in
+``select`` between connects, so the class cannot let it take a core from the nodes.
+
 What it must not do: retry (a TCP SYN retransmission would take 1 s and blur the very gap we
 measure; a failed attempt is just reported), burst to catch up after a stall (the schedule
 skips ahead instead, so the start times stay an honest sample of the service), or leave
@@ -43,6 +48,8 @@ from typing import IO, Any
 
 from vipd.lab.analysis import Attempt, parse_line
 from vipd.lab.topology import Lab, python_argv, python_env
+
+REALTIME_PRIORITY = 10  # SCHED_FIFO, low among real-time tasks: above every normal one
 
 # struct linger {int l_onoff; int l_linger;} = {1, 0}: close() sends RST, no TIME_WAIT.
 _LINGER_RST = struct.pack("ii", 1, 0)
@@ -234,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         help="stop after this many seconds (default: until stdin EOF/SIGTERM)",
     )
     parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help=f"run under SCHED_FIFO priority {REALTIME_PRIORITY} (needs CAP_SYS_NICE)",
+    )
+    parser.add_argument(
         "--ignore-stdin",
         action="store_true",
         help="do not stop at stdin EOF (for use from a shell with </dev/null)",
@@ -241,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.interval <= 0 or args.timeout <= 0:
         parser.error("--interval and --timeout must be positive")
+    if args.realtime:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+        except OSError as exc:
+            parser.error(f"--realtime: cannot switch to SCHED_FIFO: {exc}")
     return probe(
         args.target,
         args.port,
@@ -266,8 +283,10 @@ class Prober:
         *,
         interval: float = 0.002,
         timeout: float = 0.5,
+        realtime: bool = False,
     ) -> None:
         self.lab = lab
+        self.realtime = realtime
         self.target = target
         self.port = port
         self.interval = interval
@@ -292,6 +311,7 @@ class Prober:
                     str(self.interval),
                     "--timeout",
                     str(self.timeout),
+                    *(["--realtime"] if self.realtime else []),
                 ),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

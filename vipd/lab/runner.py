@@ -192,6 +192,7 @@ class Options:
     prefix: str | None = None
     probe_interval: float = 0.002
     probe_timeout: float = 0.5
+    probe_realtime: bool = False  # the client under SCHED_FIFO (vipd.lab.prober --realtime)
     port: int = 6443
     health: bool = False
     election: str = "vrrp"
@@ -289,6 +290,9 @@ class Round:
             "recovered": self.recovered,
             "client_outage_ms": _ms(self.failover.outage if self.failover else None),
             "preemption_outage_ms": _ms(self.preemption.outage if self.preemption else None),
+            "preemption_move_gap_ms": _ms(self.preemption.move_gap if self.preemption else None),
+            "preemption_move_failures": self.preemption.move_failures if self.preemption else None,
+            "preemption_other_gap_ms": _ms(self.preemption.other_gap if self.preemption else None),
             "takeover_s": self.takeover_s,
             "recovery_s": self.recovery_s,
             "holders_after_failover": self.holders_after_failover,
@@ -377,7 +381,12 @@ class _Session:
             for n in lab.nodes
         }
         self.prober = Prober(
-            lab, self.vip, opts.port, interval=opts.probe_interval, timeout=opts.probe_timeout
+            lab,
+            self.vip,
+            opts.port,
+            interval=opts.probe_interval,
+            timeout=opts.probe_timeout,
+            realtime=opts.probe_realtime,
         )
         lowest = min(d.priority for d in self.fleet.daemons.values())
         self.bound = max(MIN_WAIT, 10 * spec.master_down_interval(lowest))
@@ -567,7 +576,12 @@ class _KubeSession(_Session):
             for n in bed.nodes
         }
         self.prober = Prober(
-            self.lab, self.vip, WHO_PORT, interval=opts.probe_interval, timeout=opts.probe_timeout
+            self.lab,
+            self.vip,
+            WHO_PORT,
+            interval=opts.probe_interval,
+            timeout=opts.probe_timeout,
+            realtime=opts.probe_realtime,
         )
         assert spec.lease is not None
         self.bound = 2 * (spec.lease.duration + spec.lease.retry_period) + MIN_WAIT
@@ -734,6 +748,7 @@ def _report(
             "rounds": opts.rounds,
             "probe_interval": opts.probe_interval,
             "probe_timeout": opts.probe_timeout,
+            "probe_realtime": opts.probe_realtime,
             "health": spec.health.section() if spec.health is not None else None,
         },
         "rounds": [r.to_dict() for r in rounds],

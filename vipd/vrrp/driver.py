@@ -196,6 +196,10 @@ class VrrpElection:
         self._encoded: dict[int, list[tuple[bytes, IPAddress]]] = {}
         self._timer: Timer | None = None
         self._fatal: asyncio.Future[None] | None = None
+        # The loop of run(): asyncio.get_running_loop() checks the process id with a
+        # getpid() system call, once per advert sent or heard if asked every time.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drained_for: float | None = None  # the late Active tick the socket was read for
         self._publish: Publish | None = None
         self.transport: Wire | None = None
         # election.vrrp.vmac: the macvlan and its send-only socket (the leader's adverts).
@@ -306,6 +310,7 @@ class VrrpElection:
         """Open the sockets, join the election (once the link is up) and run until
         cancelled; a bug in a loop callback ends it with that exception."""
         loop = asyncio.get_running_loop()
+        self._loop = loop
         self._fatal = loop.create_future()
         self._publish = publish
         try:
@@ -749,7 +754,8 @@ class VrrpElection:
         """``fn`` on the loop ``delay`` seconds from now (the fake timers in the unit tests)."""
         if self._call_later is not None:
             return self._call_later(delay, lambda: self._guarded(fn))
-        return asyncio.get_running_loop().call_later(delay, self._guarded, fn)
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.call_later(delay, self._guarded, fn)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
@@ -765,6 +771,23 @@ class VrrpElection:
         self._timer = None
         deadline = self.machine.deadline
         now = self.clock()
+        if (
+            deadline is not None
+            and now - deadline > self.machine.advert_interval
+            and self.machine.state is state.State.ACTIVE
+            and self._drained_for != deadline  # once per late tick: a flood cannot hold it
+            and self._advert_pending(0.0)
+        ):
+            self._drained_for = deadline
+            # Woken more than an interval late (SIGSTOP, a frozen VM): what arrived while we
+            # slept comes first. Another router that took over meanwhile is heard as a
+            # lower-priority advert, which we answer by announcing before we advertise; the
+            # overdue advert sent first would make it step down while the clients still
+            # point at its MAC (break-before-make).
+            self._on_readable()
+            if self._timer is None:  # nothing re-armed us: the tick is still due
+                self._rearm()
+            return
         if deadline is not None and 0 < deadline - now <= TIMER_SLACK:
             # At most TIMER_SLACK, once per takeover: waiting here beats a millisecond-grained
             # loop timer that would fire up to a millisecond late. Wait on the VRRP socket,
