@@ -893,7 +893,7 @@ def _triple(p: dict[str, Any] | None) -> str:
 def render_markdown(doc: dict[str, Any]) -> str:
     env, s = doc["environment"], doc["summary"]
     par = doc["parameters"]
-    every = f"{par.get('probe_interval_s', Options.probe_interval) * 1000:g} ms"
+    every = _probe_every(doc)
     client = every + (", the client under SCHED_FIFO" if par.get("probe_realtime") else "")
     load = (
         f" {par['load_processes']} busy loop(s) on the cores." if par.get("load_processes") else ""
@@ -1072,13 +1072,18 @@ def _spread(p: dict[str, Any] | None) -> str:
     return "–" if p is None else f"{float(p['max']) - float(p['min']):.1f}"
 
 
+def _probe_every(doc: dict[str, Any]) -> str:
+    """The client's connect interval, as the tables' text says it ("2 ms")."""
+    return f"{doc['parameters'].get('probe_interval_s', Options.probe_interval) * 1000:g} ms"
+
+
 def render_wire(doc: dict[str, Any]) -> list[str]:
     """The wire-timing table and what to know about its clock."""
     s = doc["summary"]
     rows = s.get("wire") or []
     if not rows:
         return []
-    every = f"{doc['parameters'].get('probe_interval_s', Options.probe_interval) * 1000:g} ms"
+    every = _probe_every(doc)
     lines = [
         "",
         "From the wire (tcpdump on the lab's bridge during the same rounds; "

@@ -23,7 +23,7 @@ from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, 
 from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
 from vipd.preflight import HostLink, Preflight
-from vipd.vrrp import state
+from vipd.vrrp import packet, state
 from vipd.vrrp.driver import CLAIM_DEFER_MAX, CLAIM_SETTLE, TIMER_SLACK, VrrpElection
 
 VIP = IPv4Address("10.0.0.100")
@@ -146,6 +146,22 @@ def test_an_active_woken_late_reads_first_and_announces_before_it_advertises() -
         got = n.events.since(mark)
         assert got.index("garp") < got.index("advert:200"), got
         assert n.election.machine.state is state.State.ACTIVE
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def test_an_active_woken_late_reads_once_and_garbage_does_not_hold_its_advert() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.wire.queue.append(packet.DecodeError("truncated", "test"))
+        n.clock.now += 5.0
+        mark = len(n.events)
+        n.timers.fire_next()
+        assert n.events.since(mark) == ["advert:200"]  # in the same tick, not re-armed
         n.stop.set()
         await n.stopped()
 

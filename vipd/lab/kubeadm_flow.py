@@ -85,6 +85,15 @@ def client_gap(prober: Prober, start: float, end: float) -> tuple[float, int]:
     return gap, sum(1 for a in tries if not a.ok)
 
 
+def clients_seen(bed: KubeletBed, start: float, end: float) -> tuple[float, int, int, int]:
+    """Between monotonic ``start`` and ``end``: the TCP prober's longest span between answers
+    (s, rounded) and its failed connects, then kubectl's ``/readyz`` tries and failures."""
+    assert bed.prober is not None and bed.kubectl_loop is not None
+    gap, failed = client_gap(bed.prober, start, end)
+    tries = bed.kubectl_loop.tries(start, end)
+    return round(gap, 4), failed, len(tries), sum(1 for t in tries if not t.ok)
+
+
 def holders_at(initial: frozenset[str], events: Sequence[AddrEvent], at: float) -> list[str]:
     """Who held the VIP at POSIX time ``at``, replaying the address events from ``initial``
     (the holders when the watch started)."""
@@ -151,13 +160,11 @@ def measure(
     end: float,
 ) -> Step:
     """The step of ``node`` between monotonic ``start`` and ``end``: holders, moves, gaps."""
-    assert bed.prober is not None and bed.kubectl_loop is not None
     offset = time.time() - time.monotonic()  # POSIX = monotonic + offset (to ~µs)
     w_start, w_end = start + offset, end + offset
     events = [e for e in watch.events if w_start <= e.at <= w_end]
     claims = [e for e in events if e.added]
-    gap, failed = client_gap(bed.prober, start, end)
-    tries = bed.kubectl_loop.tries(start, end)
+    gap, failed, tries, tries_failed = clients_seen(bed, start, end)
     every = list(watch.events)
     return Step(
         kind=kind,
@@ -167,10 +174,10 @@ def measure(
         after=holders_at(watch.initial, every, w_end),
         claims=[(e.node, round(e.at - w_start, 3)) for e in claims],
         moves=sum(1 for e in claims if not withdrawn(e, events)),
-        gap_s=round(gap, 4),
+        gap_s=gap,
         failed=failed,
-        kubectl_tries=len(tries),
-        kubectl_failed=sum(1 for t in tries if not t.ok),
+        kubectl_tries=tries,
+        kubectl_failed=tries_failed,
         start=start,
     )
 
@@ -333,7 +340,7 @@ def failover_bound(bed: KubeletBed) -> float:
 def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) -> Reboot:
     """Reboot the VIP's holder (every process killed, containerd and kubelet started again):
     the VIP leaves it within the failover bound, the cluster does not stall."""
-    assert bed.prober is not None and bed.kubectl_loop is not None
+    assert bed.prober is not None and bed.kubectl_loop is not None  # start_client() first
     (node,) = bed.holders()
     bound = failover_bound(bed)
     problems: list[str] = []
@@ -365,9 +372,7 @@ def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) 
     if back is None:
         problems.append(f"reboot {node}: not Ready with its vipd pod in {timeout:.0f} s")
     time.sleep(1)
-    end = time.monotonic()
-    gap, failed = client_gap(bed.prober, t0, end)
-    tries = bed.kubectl_loop.tries(t0, end)
+    gap, failed, tries, tries_failed = clients_seen(bed, t0, time.monotonic())
     holders = bed.holders()
     if len(holders) != 1:
         problems.append(f"reboot {node}: holders {holders} after it")
@@ -377,10 +382,10 @@ def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) 
         failover_bound_s=round(bound, 3),
         vip_left_after_s=left,
         new_holder=holders,
-        gap_s=round(gap, 4),
+        gap_s=gap,
         failed=failed,
-        kubectl_tries=len(tries),
-        kubectl_failed=sum(1 for t in tries if not t.ok),
+        kubectl_tries=tries,
+        kubectl_failed=tries_failed,
         readyz_after_s=readyz,
         back_after_s=back,
         problems=problems,

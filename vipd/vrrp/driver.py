@@ -199,7 +199,6 @@ class VrrpElection:
         # The loop of run(): asyncio.get_running_loop() checks the process id with a
         # getpid() system call, once per advert sent or heard if asked every time.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._drained_for: float | None = None  # the late Active tick the socket was read for
         self._publish: Publish | None = None
         self.transport: Wire | None = None
         # election.vrrp.vmac: the macvlan and its send-only socket (the leader's adverts).
@@ -775,19 +774,18 @@ class VrrpElection:
             deadline is not None
             and now - deadline > self.machine.advert_interval
             and self.machine.state is state.State.ACTIVE
-            and self._drained_for != deadline  # once per late tick: a flood cannot hold it
             and self._advert_pending(0.0)
         ):
-            self._drained_for = deadline
             # Woken more than an interval late (SIGSTOP, a frozen VM): what arrived while we
             # slept comes first. Another router that took over meanwhile is heard as a
             # lower-priority advert, which we answer by announcing before we advertise; the
             # overdue advert sent first would make it step down while the clients still
-            # point at its MAC (break-before-make).
+            # point at its MAC (break-before-make). Read once: a tick still due after it
+            # goes on below, so a flood of datagrams cannot keep the advert back.
             self._on_readable()
-            if self._timer is None:  # nothing re-armed us: the tick is still due
-                self._rearm()
-            return
+            deadline, now = self.machine.deadline, self.clock()
+            if deadline is None or deadline > now:
+                return  # the datagrams moved the deadline: the timer they armed decides
         if deadline is not None and 0 < deadline - now <= TIMER_SLACK:
             # At most TIMER_SLACK, once per takeover: waiting here beats a millisecond-grained
             # loop timer that would fire up to a millisecond late. Wait on the VRRP socket,
