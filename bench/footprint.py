@@ -132,13 +132,23 @@ def converge(lab: Lab, fleet: Fleet, vip: str) -> str:
     return top
 
 
-def sample(fleet: Fleet, top: str, seconds: float) -> dict[str, Any]:
-    """CPU over ``seconds`` and memory once a second, per node (each daemon's tree)."""
+def tx_packets(lab: Lab, node: str, ifname: str) -> int:
+    """Frames the node has sent on its lab link: in the steady state, its adverts."""
+    ns = lab.node(node).ns
+    out = lab.exec(ns, ["cat", f"/sys/class/net/{ifname}/statistics/tx_packets"]).stdout
+    return int(out.strip())
+
+
+def sample(lab: Lab, fleet: Fleet, top: str, seconds: float) -> dict[str, Any]:
+    """CPU over ``seconds`` and memory once a second, per node (each daemon's tree); the
+    master's adverts in the same window (its link's sent frames), so its CPU can also be
+    given per advert: the two daemons' timers do not keep exactly the same rate."""
     trees: dict[str, list[int]] = {}
     for name, daemon in fleet.daemons.items():
         if daemon.pid is None or not daemon.running():
             raise LabError(f"{fleet.kind} on {name} is not running for the sample")
         trees[name] = tree(daemon.pid)
+    tx0 = tx_packets(lab, top, fleet.spec.interface)
     ns0 = {n: [run_ns(p) for p in pids] for n, pids in trees.items()}
     t0 = time.monotonic()
     mem: dict[str, list[dict[str, int]]] = {n: [] for n in trees}
@@ -153,6 +163,7 @@ def sample(fleet: Fleet, top: str, seconds: float) -> dict[str, Any]:
         time.sleep(min(1.0, end - now))
     ns1 = {n: [run_ns(p) for p in pids] for n, pids in trees.items()}
     elapsed = time.monotonic() - t0
+    sent = tx_packets(lab, top, fleet.spec.interface) - tx0
     nodes: dict[str, Any] = {}
     for n, pids in trees.items():
         used = sum(
@@ -169,6 +180,9 @@ def sample(fleet: Fleet, top: str, seconds: float) -> dict[str, Any]:
             },
             "samples": len(mem[n]),
         }
+        if n == top:
+            nodes[n]["sent"] = sent
+            nodes[n]["us_per_advert"] = round(used / 1e3 / sent, 2) if sent > 0 else None
     return {"seconds": round(elapsed, 3), "nodes": nodes}
 
 
@@ -225,7 +239,7 @@ def run_block(
         fleet.start_all()
         top = converge(lab, fleet, spec.vip)
         time.sleep(SETTLE)
-        out["steady"] = sample(fleet, top, seconds)
+        out["steady"] = sample(lab, fleet, top, seconds)
         last = min(fleet.daemons, key=lambda n: fleet.daemons[n].priority)
         out["start_to_backup_s"] = restart_to_backup(fleet.daemons[last], restarts)
         out["converged_after"] = lab.holders(spec.vip) == [top]
@@ -263,6 +277,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a is not None and b else None
 
 
+RATIO_KEYS = (
+    "master_cpu_pct",
+    "master_us_per_advert",
+    "backup_cpu_pct",
+    "node_cpu_pct",
+    "rss_mib",
+    "pss_mib",
+)
+
+
 def summarise(
     blocks: list[dict[str, Any]], adverts: list[float], kinds: tuple[Kind, ...] = KINDS
 ) -> list[dict[str, Any]]:
@@ -281,6 +305,17 @@ def summarise(
             row[kind] = {
                 "blocks": len(ok),
                 "master_cpu_pct": _median([n["cpu_pct"] for n in master]),
+                "master_us_per_advert": _median(
+                    [n["us_per_advert"] for n in master if n.get("us_per_advert") is not None]
+                ),
+                "adverts_per_s": _median(
+                    [
+                        n["sent"] / b["steady"]["seconds"]
+                        for b in ok
+                        for n in b["steady"]["nodes"].values()
+                        if n["role"] == "master" and "sent" in n
+                    ]
+                ),
                 "backup_cpu_pct": _median([n["cpu_pct"] for n in backup]),
                 "node_cpu_pct": _median([n["cpu_pct"] for n in nodes]),
                 "rss_mib": _median([n["rss_mib"] for n in nodes]),
@@ -293,22 +328,10 @@ def summarise(
                 "processes": max((n["processes"] for n in nodes), default=None),
             }
         v, k = row["vipd"], row["keepalived"]
-        row["ratio"] = {
-            key: _ratio(v[key], k[key])
-            for key in ("master_cpu_pct", "backup_cpu_pct", "node_cpu_pct", "rss_mib", "pss_mib")
-        }
+        row["ratio"] = {key: _ratio(v[key], k[key]) for key in RATIO_KEYS}
         if "vipd-base" in row:
             b = row["vipd-base"]
-            row["ratio_base"] = {
-                key: _ratio(b[key], k[key])
-                for key in (
-                    "master_cpu_pct",
-                    "backup_cpu_pct",
-                    "node_cpu_pct",
-                    "rss_mib",
-                    "pss_mib",
-                )
-            }
+            row["ratio_base"] = {key: _ratio(b[key], k[key]) for key in RATIO_KEYS}
         rows.append(row)
     return rows
 
@@ -333,9 +356,9 @@ def render(doc: dict[str, Any]) -> str:
         "nodes and blocks; CPU in % of one core (schedstat, the daemon's process tree); "
         "memory summed over the tree.",
         "",
-        "| advert | daemon | master CPU % | backup CPU % | RSS MiB | PSS MiB | USS MiB "
-        "| start → Backup s (max) | processes |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| advert | daemon | master CPU % | master µs per advert (adverts/s) | backup CPU % "
+        "| RSS MiB | PSS MiB | USS MiB | start → Backup s (max) | processes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     kinds = tuple(doc.get("kinds", KINDS))
     for row in doc["summary"]:
@@ -343,14 +366,15 @@ def render(doc: dict[str, Any]) -> str:
             d = row[kind]
             lines.append(
                 f"| {row['advert']:g} s | {kind} | {_f(d['master_cpu_pct'], 3)} "
+                f"| {_f(d.get('master_us_per_advert'), 1)} ({_f(d.get('adverts_per_s'), 1)}) "
                 f"| {_f(d['backup_cpu_pct'], 3)} | {_f(d['rss_mib'], 1)} | {_f(d['pss_mib'], 1)} "
                 f"| {_f(d['uss_mib'], 1)} | {_f(d['start_to_backup_s'], 3)} "
                 f"({_f(d['start_to_backup_max_s'], 3)}) | {d['processes']} |"
             )
     lines += [
         "",
-        "| advert | vipd/keepalived master CPU | backup CPU | RSS | PSS |",
-        "|---|---|---|---|---|",
+        "| advert | vipd/keepalived master CPU | per advert | backup CPU | RSS | PSS |",
+        "|---|---|---|---|---|---|",
     ]
     for row in doc["summary"]:
         for label, r in (("vipd", row["ratio"]), ("vipd-base", row.get("ratio_base"))):
@@ -358,7 +382,8 @@ def render(doc: dict[str, Any]) -> str:
                 continue
             lines.append(
                 f"| {row['advert']:g} s{' (base)' if label == 'vipd-base' else ''} "
-                f"| {_f(r['master_cpu_pct'])} | {_f(r['backup_cpu_pct'])} "
+                f"| {_f(r['master_cpu_pct'])} | {_f(r.get('master_us_per_advert'))} "
+                f"| {_f(r['backup_cpu_pct'])} "
                 f"| {_f(r['rss_mib'])} | {_f(r['pss_mib'])} |"
             )
     errors = [b for b in doc["runs"] if b["error"]]

@@ -9,6 +9,7 @@ computed the same way, not an approximation.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 from collections.abc import Callable, Iterable
 from ipaddress import IPv4Address, IPv6Address, ip_address
@@ -965,3 +966,40 @@ def test_ipv6_lan_tie_break() -> None:
     start_all(lan)
     lan.run_until(10.0)
     assert lan.active_nodes() == {"y"}  # 0x10 > 0xa > 0x9
+
+
+def _tick_cases() -> Iterable[tuple[str, Machine, float]]:
+    """Machines in each state an advert timer can find them in, with the time it fires."""
+    steady = active(params(150, ip=5), now=10.0)
+    yield "steady", steady, 11.0
+    yield "early", active(params(150, ip=5), now=10.0), 10.9995
+    yield "late", active(params(150, ip=5), now=10.0), 14.0
+    contested = active(params(150, ip=5), now=10.0)
+    contested.on_advert(10.3, v4(9), 100, 100)  # the lead advert is pending, a contest open
+    yield "lead", contested, 10.3 + LEAD
+    ended = active(params(150, ip=5), now=10.0)
+    ended.on_advert(10.3, v4(9), 100, 100)
+    ended.on_timer(10.3 + LEAD)  # the lead advert sent; the contest ends a quiet interval on
+    yield "contest-over", ended, 10.3 + LEAD + 1.0
+    backup = started(params(150, ip=1))
+    assert backup.deadline is not None
+    yield "backup", backup, backup.deadline
+
+
+@pytest.mark.parametrize("name", [c[0] for c in _tick_cases()])
+def test_the_steady_advert_tick_is_on_timer_without_the_actions(name: str) -> None:
+    # advert_tick is the driver's shortcut for the Active's plain tick: it must do exactly
+    # what on_timer does when that is one SendAdvert, and nothing at all otherwise.
+    _, m, now = next(c for c in _tick_cases() if c[0] == name)
+    twin = copy.deepcopy(m)
+    before = copy.deepcopy(m)
+    actions = twin.on_timer(now)
+    priority = m.advert_tick(now)
+    if actions == [SendAdvert(m.priority)]:
+        assert priority == m.priority
+        assert vars(m) == vars(twin)
+    else:
+        assert priority is None
+        assert vars(m) == vars(before)
+    expected = {"steady": 150, "late": 150, "lead": 150}
+    assert priority == expected.get(name)

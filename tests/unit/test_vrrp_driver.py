@@ -182,6 +182,29 @@ def test_an_active_woken_late_with_nothing_queued_just_advertises() -> None:
     run(scenario, priority=200)
 
 
+def test_an_active_timer_fired_early_by_the_loop_advertises_without_waiting() -> None:
+    # The loop's timers have millisecond grain: one that fires a fraction of a millisecond
+    # before the advert is due sends it then, on the schedule, without a second wake-up.
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        due = n.election.machine.deadline
+        assert due is not None
+        timer = next(t for t in n.timers.pending if not t.cancelled)
+        n.timers.pending.remove(timer)
+        n.clock.now = due - 0.0005
+        mark = len(n.events)
+        timer.fn()
+        assert n.events.since(mark) == ["advert:200"]
+        assert n.clock.now == due - 0.0005  # no wait on the socket
+        assert n.election.machine.deadline == due + 1.0  # the schedule, not now + interval
+        assert n.timers.next_due() == pytest.approx(due + 1.0)
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
 def test_a_better_advert_inside_the_last_slack_stops_the_takeover() -> None:
     async def scenario(n: Node) -> None:
         await n.start()

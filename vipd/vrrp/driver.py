@@ -768,8 +768,25 @@ class VrrpElection:
 
     def _on_timer(self) -> None:
         self._timer = None
-        deadline = self.machine.deadline
+        m = self.machine
+        deadline = m.deadline
         now = self.clock()
+        if deadline is not None and m.state is state.State.ACTIVE:
+            if 0 < deadline - now <= TIMER_SLACK:
+                # The loop's timers have millisecond grain and fire up to that early; an
+                # advert a fraction of a millisecond early is due (waiting for the exact
+                # instant would cost a second wake-up per tick, and gains the backups
+                # nothing: their down timer is three intervals and a skew).
+                now = deadline
+            if now - deadline <= m.advert_interval:
+                priority = m.advert_tick(now)
+                if priority is not None:
+                    # The steady tick: one advert, the timer again; nothing else changed,
+                    # so none of _apply's bookkeeping is due.
+                    self._send_advert(priority)
+                    delay = now + m.advert_interval - self.clock()
+                    self._timer = self._later(max(0.0, delay), self._on_timer)
+                    return
         if (
             deadline is not None
             and now - deadline > self.machine.advert_interval

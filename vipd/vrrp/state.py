@@ -455,19 +455,35 @@ class Machine:
 
     # ------------------------------------------------------------------ events
 
+    def advert_tick(self, now: float) -> int | None:
+        """The Active's Adver_Timer when it only sends an advert (RFC 9568 §6.4.3): restart
+        the timer and return the priority to advertise, exactly as ``on_timer(now)`` would
+        with ``[SendAdvert(priority)]``, without building the actions (the steady state's
+        hundred ticks a second at 0.01 s). Anything else (not Active, not due, a contest
+        to end) changes nothing and returns None: ``on_timer`` decides that."""
+        if (
+            self.state is not State.ACTIVE
+            or self.deadline is None
+            or now < self.deadline
+            or (self._contested is not None and not self.lead_pending)
+        ):
+            return None
+        # When the shell is late we restart from now rather than catching up in a burst.
+        self.deadline = now + self.advert_interval
+        # A preempting lead's advert is this one; a contest still open ends on a later tick.
+        self.lead_pending = False
+        return self.priority
+
     def on_timer(self, now: float) -> list[Action]:
         """The deadline passed. Early or stray calls (``now < deadline``) are ignored."""
         if self.deadline is None or now < self.deadline:
             return []
         if self.state is State.ACTIVE:
-            # RFC 9568 §6.4.3: Adver_Timer fired -> send an advert, restart the timer. When
-            # the shell is late we restart from now rather than catching up in a burst.
+            priority = self.advert_tick(now)
+            if priority is not None:
+                return [SendAdvert(priority)]
             self.deadline = now + self.advert_interval
-            if self.lead_pending:
-                self.lead_pending = False
-                return [SendAdvert(self.priority)]
-            if self._contested is None:
-                return [SendAdvert(self.priority)]
+            assert self._contested is not None  # advert_tick took every other Active tick
             # Every lower-priority advert restarts this timer, so a tick means a whole
             # interval without one: the other router stepped down. Announce once more, so
             # a gratuitous ARP it sent after ours (the two cross on the wire) cannot leave

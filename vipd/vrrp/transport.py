@@ -85,7 +85,7 @@ class Transport:
         self.destinations: tuple[IPAddress, ...] = peers or (group,)
         self.sock = self._open()
         self._pktinfo = self._source_cmsg()
-        self._addrs: dict[IPAddress, tuple[str, int] | tuple[str, int, int, int]] = {}
+        self._addrs: dict[int, tuple[IPAddress, tuple[str, int] | tuple[str, int, int, int]]] = {}
 
     def _open(self) -> socket.socket:
         family = socket.AF_INET6 if self.v6 else socket.AF_INET
@@ -154,10 +154,14 @@ class Transport:
         """Send one encoded VRRP message to ``dst``; raises OSError on failure."""
         # MSG_DONTROUTE for the link-local group, as keepalived does; unicast may be routed.
         flags = 0 if self.unicast else socket.MSG_DONTROUTE
-        addr = self._addrs.get(dst)
-        if addr is None:  # a handful of destinations, each formatted once
-            addr = (str(dst), 0, 0, self.ifindex) if self.v6 else (str(dst), 0)
-            self._addrs[dst] = addr
+        # A handful of destinations, each formatted once, looked up by identity: the caller
+        # sends the same address objects every tick, and an address's own hash is Python code.
+        # The entry keeps ``dst`` alive, so its id cannot be reused by another object.
+        known = self._addrs.get(id(dst))
+        if known is None or known[0] is not dst:
+            known = (dst, (str(dst), 0, 0, self.ifindex) if self.v6 else (str(dst), 0))
+            self._addrs[id(dst)] = known
+        addr = known[1]
         self.sock.sendmsg([message], self._pktinfo, flags, addr)
 
     def receive(self) -> Iterator[Datagram | DecodeError]:

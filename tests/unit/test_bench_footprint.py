@@ -1,0 +1,73 @@
+"""Unit tests for bench/footprint.py's summary: CPU per advert beside CPU per second (no lab)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.benches import load
+
+footprint = load("footprint")
+
+
+def _node(role: str, run_ns: int, sent: int | None = None) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "role": role,
+        "processes": 1,
+        "run_ns": run_ns,
+        "cpu_pct": round(100.0 * run_ns / 1e9 / 10.0, 4),
+        "rss_mib": 20.0,
+        "pss_mib": 10.0,
+        "uss_mib": 8.0,
+        "samples": 10,
+    }
+    if sent is not None:
+        node["sent"] = sent
+        node["us_per_advert"] = round(run_ns / 1e3 / sent, 2)
+    return node
+
+
+def _block(kind: str, master_ns: int, sent: int) -> dict[str, Any]:
+    return {
+        "daemon": kind,
+        "advert": 0.01,
+        "block": 0,
+        "error": None,
+        "steady": {
+            "seconds": 10.0,
+            "nodes": {"n1": _node("master", master_ns, sent), "n2": _node("backup", 10**7)},
+        },
+        "start_to_backup_s": [0.2],
+    }
+
+
+def test_the_master_is_also_compared_per_advert_when_the_rates_differ() -> None:
+    # vipd sends 10 % more adverts in the window: per second it costs 2.2x, per advert 2x.
+    blocks = [_block("vipd", 220 * 10**6, 1100), _block("keepalived", 100 * 10**6, 1000)]
+    (row,) = footprint.summarise(blocks, [0.01])
+    assert row["vipd"]["master_us_per_advert"] == 200.0
+    assert row["keepalived"]["master_us_per_advert"] == 100.0
+    assert row["vipd"]["adverts_per_s"] == 110.0
+    assert row["ratio"]["master_cpu_pct"] == 2.2
+    assert row["ratio"]["master_us_per_advert"] == 2.0
+    doc = {
+        "environment": {
+            "command": "bench/footprint.py",
+            "date": "2026-12-01",
+            "cpus": 2,
+            "cpu_model": "x",
+            "kernel": "6",
+            "python": "3.11",
+            "keepalived": "Keepalived v2.2.7",
+            "vipd_commit": "0" * 40,
+            "vipd_tree_dirty": False,
+            "loadavg_start": ["0.1", "0.1", "0.1"],
+        },
+        "blocks": 1,
+        "seconds": 10.0,
+        "restarts": 1,
+        "summary": [row],
+        "runs": blocks,
+    }
+    text = footprint.render(doc)
+    assert "| 0.01 s | vipd | 2.200 | 200.0 (110.0) |" in text
+    assert "| 0.01 s | 2.20 | 2.00 |" in text
