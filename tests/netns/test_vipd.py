@@ -336,7 +336,7 @@ def test_bad_config_exits_2_with_one_line_and_touches_nothing(
 
 
 def test_crash_releases_the_vip_and_exits_1(cluster: Callable[..., Cluster]) -> None:
-    """A bug in the loop (here: the state machine's timer raising once we are active) must
+    """A bug in the loop (here: the state machine's advert timer raising once we are active) must
     take the same ordered way out as SIGTERM: priority 0, VIP removed, exit 1."""
     c = cluster(start=False)
     c.daemons["n2"].start()
@@ -350,12 +350,13 @@ def test_crash_releases_the_vip_and_exits_1(cluster: Callable[..., Cluster]) -> 
         import sys
         from vipd import cli
         from vipd.vrrp import state
-        real = state.Machine.on_timer
-        def on_timer(self, now):
+        real = state.Machine.advert_tick
+        def advert_tick(self, now):
+            # The Active's every tick passes here (the steady one, and on_timer's first step).
             if self.state is state.State.ACTIVE and now - self.state_since > 0.5:
                 raise RuntimeError("injected bug")
             return real(self, now)
-        state.Machine.on_timer = on_timer
+        state.Machine.advert_tick = advert_tick
         sys.exit(cli.main(["run", "--config", {str(d1.config_path)!r}]))
         """
     )
