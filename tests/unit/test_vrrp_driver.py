@@ -205,6 +205,27 @@ def test_an_active_timer_fired_early_by_the_loop_advertises_without_waiting() ->
     run(scenario, priority=200)
 
 
+def test_a_better_advert_queued_when_the_down_timer_fires_late_stops_the_takeover() -> None:
+    # Woken past the deadline (a loaded machine), the Backup reads what is waiting before it
+    # takes over: the better backup's advert arrived in time.
+    async def scenario(n: Node) -> None:
+        await n.start()
+        assert n.wire is not None
+        due = n.election.machine.deadline
+        assert due is not None
+        n.wire.queue.append(advert(PEER, 200))
+        timer = next(t for t in n.timers.pending if not t.cancelled)
+        n.timers.pending.remove(timer)
+        n.clock.now = due + 0.008
+        timer.fn()
+        assert n.election.machine.state is state.State.BACKUP
+        assert "bind" not in n.events and "advert:100" not in n.events
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
 def test_a_better_advert_inside_the_last_slack_stops_the_takeover() -> None:
     async def scenario(n: Node) -> None:
         await n.start()

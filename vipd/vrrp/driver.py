@@ -787,18 +787,21 @@ class VrrpElection:
                     delay = now + m.advert_interval - self.clock()
                     self._timer = self._later(max(0.0, delay), self._on_timer)
                     return
-        if (
-            deadline is not None
-            and now - deadline > self.machine.advert_interval
-            and self.machine.state is state.State.ACTIVE
-            and self._advert_pending(0.0)
-        ):
+        late = deadline is not None and (
+            now - deadline > m.advert_interval
+            if m.state is state.State.ACTIVE
+            else m.state is state.State.BACKUP and now >= deadline
+        )
+        if late and self._advert_pending(0.0):
             # Woken more than an interval late (SIGSTOP, a frozen VM): what arrived while we
             # slept comes first. Another router that took over meanwhile is heard as a
             # lower-priority advert, which we answer by announcing before we advertise; the
             # overdue advert sent first would make it step down while the clients still
             # point at its MAC (break-before-make). Read once: a tick still due after it
-            # goes on below, so a flood of datagrams cannot keep the advert back.
+            # goes on below, so a flood of datagrams cannot keep the advert back. A Backup
+            # whose down timer fired late (past the slack below) reads first for the same
+            # reason: a better backup's advert that arrived in time is waiting there, and
+            # taking over without it would put the VIP on a second node.
             self._on_readable()
             deadline, now = self.machine.deadline, self.clock()
             if deadline is None or deadline > now:
