@@ -71,13 +71,24 @@ class FakeTimers:
         live = [t for t in self.pending if not t.cancelled]
         return min((t.due for t in live), default=None)
 
-    def fire_next(self) -> float:
-        """Move the clock to the next live timer and run it; returns its due time."""
+    def _take_next(self) -> FakeTimer:
         live = sorted((t for t in self.pending if not t.cancelled), key=lambda t: t.due)
         assert live, "no timer is armed"
-        timer = live[0]
-        self.pending.remove(timer)
+        self.pending.remove(live[0])
+        return live[0]
+
+    def fire_next(self) -> float:
+        """Move the clock to the next live timer and run it; returns its due time."""
+        timer = self._take_next()
         self.clock.now = max(self.clock.now, timer.due)
+        timer.fn()
+        return timer.due
+
+    def fire_next_at(self, now: float) -> float:
+        """Run the next live timer with the clock at ``now``: before its due time is the loop
+        firing it early, after it a process woken late. Returns its due time."""
+        timer = self._take_next()
+        self.clock.now = now
         timer.fn()
         return timer.due
 

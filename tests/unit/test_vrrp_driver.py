@@ -190,11 +190,8 @@ def test_an_active_timer_fired_early_by_the_loop_advertises_without_waiting() ->
         await n.take_over()
         due = n.election.machine.deadline
         assert due is not None
-        timer = next(t for t in n.timers.pending if not t.cancelled)
-        n.timers.pending.remove(timer)
-        n.clock.now = due - 0.0005
         mark = len(n.events)
-        timer.fn()
+        n.timers.fire_next_at(due - 0.0005)
         assert n.events.since(mark) == ["advert:200"]
         assert n.clock.now == due - 0.0005  # no wait on the socket
         assert n.election.machine.deadline == due + 1.0  # the schedule, not now + interval
@@ -214,10 +211,7 @@ def test_a_better_advert_queued_when_the_down_timer_fires_late_stops_the_takeove
         due = n.election.machine.deadline
         assert due is not None
         n.wire.queue.append(advert(PEER, 200))
-        timer = next(t for t in n.timers.pending if not t.cancelled)
-        n.timers.pending.remove(timer)
-        n.clock.now = due + 0.008
-        timer.fn()
+        n.timers.fire_next_at(due + 0.008)
         assert n.election.machine.state is state.State.BACKUP
         assert "bind" not in n.events and "advert:100" not in n.events
         n.stop.set()

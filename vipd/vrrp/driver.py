@@ -784,8 +784,7 @@ class VrrpElection:
                     # The steady tick: one advert, the timer again; nothing else changed,
                     # so none of _apply's bookkeeping is due.
                     self._send_advert(priority)
-                    delay = now + m.advert_interval - self.clock()
-                    self._timer = self._later(max(0.0, delay), self._on_timer)
+                    self._rearm()
                     return
         late = deadline is not None and (
             now - deadline > m.advert_interval
