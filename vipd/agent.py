@@ -943,4 +943,6 @@ def run(
         return uvloop.run(serve(cfg, pre, endpoint, loader))
     finally:
         if endpoint is not None:
-            endpoint.close()
+            # The per-node lock outlives this call: the process may still join a thread
+            # with an API call in flight, and the successor must not start before it ends.
+            endpoint.close(keep_lock=True)

@@ -72,6 +72,11 @@ def _show(steps: list[Step]) -> None:
               f"{s.moves} VIP move(s) (claims {s.claims}), client-seen longest gap "
               f"{s.gap_s * 1000:.0f} ms, {s.failed} failed connects, kubectl through the VIP "
               f"{s.kubectl_failed}/{s.kubectl_tries} failed")  # fmt: skip
+        if s.static_exit is not None:
+            print(f"  static vipd exited {s.static_exit}; the DaemonSet vipd started "
+                  f"{s.static_to_daemonset_s} s after it")  # fmt: skip
+        for error in s.kubectl_errors:
+            print(f"  kubectl failed {error}")
 
 
 def _judge(steps: list[Step]) -> None:

@@ -194,6 +194,39 @@ def test_close_releases_the_port() -> None:
     again.close()
 
 
+# A process that binds the endpoint, stops serving with keep_lock, then spends a while on its
+# way out (a non-daemon thread, as an API call in flight on a pool is): the port stays taken
+# until the process has ended.
+LINGERING = """
+import sys, threading, time
+from vipd.endpoint import server
+ep = server.Endpoint.bind("127.0.0.1:0")
+ep.start()
+port = ep.port
+ep.close(keep_lock=True)
+threading.Thread(target=time.sleep, args=(1.0,)).start()
+print(port, flush=True)
+"""
+
+
+def test_keep_lock_holds_the_port_until_the_process_ends() -> None:
+    import subprocess
+    import sys
+
+    from vipd.deploy.adopt import port_free
+
+    proc = subprocess.Popen([sys.executable, "-c", LINGERING], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        assert not port_free("127.0.0.1", port), "released before the process ended"
+        assert proc.wait(timeout=30) == 0
+        assert port_free("127.0.0.1", port)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_client_that_hangs_up_mid_answer_is_not_a_traceback(
     endpoint: httpd.Endpoint, capfd: pytest.CaptureFixture[str]
 ) -> None:

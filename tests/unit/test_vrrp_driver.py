@@ -24,7 +24,13 @@ from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
 from vipd.preflight import HostLink, Preflight
 from vipd.vrrp import packet, state
-from vipd.vrrp.driver import CLAIM_DEFER_MAX, CLAIM_SETTLE, TIMER_SLACK, VrrpElection
+from vipd.vrrp.driver import (
+    CLAIM_DEFER_MAX,
+    CLAIM_SETTLE,
+    SPLIT_BRAIN_ADVERTS,
+    TIMER_SLACK,
+    VrrpElection,
+)
 
 VIP = IPv4Address("10.0.0.100")
 SELF = IPv4Address("10.0.0.11")
@@ -375,6 +381,118 @@ def test_a_split_brain_claim_is_answered_at_once_despite_the_defend_limit() -> N
         await n.stopped()
 
     run(scenario, priority=200)
+
+
+def test_a_split_brain_peers_later_claim_is_answered_though_its_advert_is_lost() -> None:
+    """Under VRRP loss a backup that took over once (its MAC shown a peer's by its advert)
+    takes over again and its advert never reaches us: its claim is still a peer's, answered
+    at once, although the RFC 5227 budget was spent on a foreign host meanwhile."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.clock.now += 5.0
+        n.wire.inject(advert(PEER, 100))  # its first takeover: the advert reached us
+        await until(lambda: n.election.machine.lead_pending)
+        n.timers.fire_next()
+        n.election._on_claim("02:00:00:00:00:12")
+        window = SPLIT_BRAIN_ADVERTS * n.election.machine.advert_interval
+        n.clock.now += window + 1.0
+        n.election._on_claim("02:00:00:00:00:99")  # a foreign host: defended, budget spent
+        fire_within(n, 0.1)
+        n.clock.now += 1.0
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:12")  # its second takeover, advert lost
+        assert n.events.since(mark) == ["garp"]
+        n.election._on_claim("02:00:00:00:00:12")  # bounded: once per advert interval
+        fire_within(n, 0.1)
+        assert n.events.since(mark).count("garp") == 1
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def test_a_claim_its_advert_follows_is_a_peers_and_costs_no_defend_budget() -> None:
+    """A vipd peer announces just before it advertises: its claim first looks foreign and is
+    defended, then its lower-priority advert shows whose it was. The defence is refunded, so
+    a foreign host a second later is still defended, and the peer's next claim is answered
+    at once."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.clock.now += 5.0
+        mark = len(n.events)
+        t0 = n.clock.now
+        n.election._on_claim("02:00:00:00:00:12")  # its announcement, before its advert
+        fire_within(n, CLAIM_SETTLE + 0.001)
+        assert garps(n, mark) == 1  # defended as a foreign host's
+        n.clock.now = t0 + 0.03
+        n.wire.inject(advert(PEER, 100))
+        await until(lambda: n.election.machine.lead_pending)
+        heard = n.clock.now
+        window = SPLIT_BRAIN_ADVERTS * n.election.machine.advert_interval
+        fire_within(n, window + 0.5)  # our answer, then the contest's end announced
+        n.clock.now = heard + window + 1.0
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:99")  # a foreign host
+        fire_within(n, 0.1)
+        assert garps(n, mark) == 1, "the peer's claim spent the budget"
+        n.clock.now += 1.0
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:12")  # the peer again, its advert lost
+        assert n.events.since(mark) == ["garp"]
+        n.election._on_claim("02:00:00:00:00:99")  # the foreign host: budget spent now
+        fire_within(n, 0.1)
+        assert garps(n, mark) == 1
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def test_a_claim_only_inside_the_split_brain_window_is_answered_but_not_remembered() -> None:
+    """A claim 0.2 s after a lower-priority advert is answered as the split brain's, but so
+    far from the advert it may be a foreign host's: its MAC is not remembered as a peer's,
+    so its later claims are held to the RFC 5227 budget."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        n.clock.now += 5.0
+        n.wire.inject(advert(PEER, 100))
+        await until(lambda: n.election.machine.lead_pending)
+        heard = n.clock.now
+        n.timers.fire_next()
+        n.clock.now = heard + 0.2
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:99")
+        assert garps(n, mark) == 1  # inside SPLIT_BRAIN_ADVERTS intervals: answered
+        window = SPLIT_BRAIN_ADVERTS * n.election.machine.advert_interval
+        fire_within(n, window + 0.5)
+        n.clock.now = heard + window + 1.0
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:99")
+        assert garps(n, mark) == 0  # a foreign claim: defended only after CLAIM_SETTLE
+        fire_within(n, CLAIM_SETTLE + 0.001)
+        assert garps(n, mark) == 1
+        n.clock.now += 1.0
+        mark = len(n.events)
+        n.election._on_claim("02:00:00:00:00:99")  # the budget is spent
+        fire_within(n, 0.1)
+        assert garps(n, mark) == 0
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def garps(n: Node, mark: int) -> int:
+    return n.events.since(mark).count("garp")
 
 
 def received_more_than(n: Node, count: int) -> bool:

@@ -29,7 +29,9 @@ its answer is written is its own business and is not logged.
 Binding is separate from serving and happens first (`Endpoint.bind`, before vipd joins the
 election): the port is the per-node lock that keeps two vipd instances apart (``vipd
 adopt`` relies on it), so a port already taken is a `ListenError` and vipd exits with
-``EXIT_LISTEN`` (3) before it touches anything.
+``EXIT_LISTEN`` (3) before it touches anything. The lock is let go only when the process
+ends (`Endpoint.close` with ``keep_lock``): what the interpreter still does on its way out
+(joining a thread whose API call is in flight, say) must not overlap a successor.
 
 What it must not do: touch the daemon's objects from its thread (it only reads what the
 loop published: plain floats, bools and an immutable snapshot), or block the loop.
@@ -74,6 +76,10 @@ STATUS_WAIT = 1.0
 IDLE_TIMEOUT = 60.0
 # The request line and headers of a GET: far more than any scraper or probe sends.
 MAX_HEAD = 16 * 1024
+
+
+# Descriptors of listening sockets kept bound until the process ends (Endpoint.close).
+_HELD_LOCKS: list[int] = []
 
 
 class ListenError(Exception):
@@ -152,13 +158,20 @@ class Endpoint:
                     t.daemon = True
                     t.start()
 
-    def close(self) -> None:
+    def close(self, *, keep_lock: bool = False) -> None:
+        """Stop serving. The port is released at once, or with ``keep_lock`` only when the
+        process ends: the listening socket's descriptor is left open for the kernel to
+        close at exit (connections made until then wait unanswered in its backlog)."""
         self._closing = True
         if self._thread is not None:
             os.write(self._wake_w, b"x")
             self._thread.join(timeout=5)
             self._thread = None
-        self.sock.close()
+        if keep_lock:
+            if self.sock.fileno() >= 0:
+                _HELD_LOCKS.append(self.sock.detach())
+        else:
+            self.sock.close()
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:  # a second close is a no-op
                 os.close(fd)

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vipd.lab.addrwatch import AddressWatch, AddrEvent
@@ -85,13 +85,16 @@ def client_gap(prober: Prober, start: float, end: float) -> tuple[float, int]:
     return gap, sum(1 for a in tries if not a.ok)
 
 
-def clients_seen(bed: KubeletBed, start: float, end: float) -> tuple[float, int, int, int]:
+def clients_seen(bed: KubeletBed, start: float, end: float) -> tuple[float, int, int, list[str]]:
     """Between monotonic ``start`` and ``end``: the TCP prober's longest span between answers
-    (s, rounded) and its failed connects, then kubectl's ``/readyz`` tries and failures."""
+    (s, rounded) and its failed connects, then kubectl's ``/readyz`` tries and what each
+    failed one said (``+t s (took d s): why``, t from ``start``)."""
     assert bed.prober is not None and bed.kubectl_loop is not None
     gap, failed = client_gap(bed.prober, start, end)
     tries = bed.kubectl_loop.tries(start, end)
-    return round(gap, 4), failed, len(tries), sum(1 for t in tries if not t.ok)
+    errors = [f"+{t.start - start:.1f} s (took {t.end - t.start:.1f} s): {t.error}"
+              for t in tries if not t.ok]  # fmt: skip
+    return round(gap, 4), failed, len(tries), errors
 
 
 def holders_at(initial: frozenset[str], events: Sequence[AddrEvent], at: float) -> list[str]:
@@ -128,6 +131,7 @@ class Step:
     # static one's finish (negative: both ran at once), from the node's containerd.
     static_exit: int | None = None
     static_to_daemonset_s: float | None = None
+    kubectl_errors: list[str] = field(default_factory=list)  # the failed tries, as said
 
     def problems(self) -> list[str]:
         out = []
@@ -164,7 +168,7 @@ def measure(
     w_start, w_end = start + offset, end + offset
     events = [e for e in watch.events if w_start <= e.at <= w_end]
     claims = [e for e in events if e.added]
-    gap, failed, tries, tries_failed = clients_seen(bed, start, end)
+    gap, failed, tries, errors = clients_seen(bed, start, end)
     every = list(watch.events)
     return Step(
         kind=kind,
@@ -177,8 +181,9 @@ def measure(
         gap_s=gap,
         failed=failed,
         kubectl_tries=tries,
-        kubectl_failed=tries_failed,
+        kubectl_failed=len(errors),
         start=start,
+        kubectl_errors=errors,
     )
 
 
@@ -302,6 +307,7 @@ class Reboot:
     failed: int
     kubectl_tries: int
     kubectl_failed: int
+    kubectl_errors: list[str]
     readyz_after_s: float | None  # /readyz through the VIP answering again, from the kill
     back_after_s: float | None  # the node Ready, its vipd pod running again, from the kill
     problems: list[str]
@@ -372,7 +378,7 @@ def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) 
     if back is None:
         problems.append(f"reboot {node}: not Ready with its vipd pod in {timeout:.0f} s")
     time.sleep(1)
-    gap, failed, tries, tries_failed = clients_seen(bed, t0, time.monotonic())
+    gap, failed, tries, errors = clients_seen(bed, t0, time.monotonic())
     holders = bed.holders()
     if len(holders) != 1:
         problems.append(f"reboot {node}: holders {holders} after it")
@@ -385,7 +391,8 @@ def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) 
         gap_s=gap,
         failed=failed,
         kubectl_tries=tries,
-        kubectl_failed=tries_failed,
+        kubectl_failed=len(errors),
+        kubectl_errors=errors,
         readyz_after_s=readyz,
         back_after_s=back,
         problems=problems,

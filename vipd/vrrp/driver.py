@@ -73,6 +73,11 @@ DEFEND_INTERVAL = 10.0
 # A claim within this many advert intervals of a lower-priority advert of our own VRID is
 # that peer's split brain, not a foreign host: answered at once (once per advert interval).
 SPLIT_BRAIN_ADVERTS = 3
+# A router sends its gratuitous ARP in the same moment as its advert (vipd just before it,
+# keepalived just after): a claim this close to a lower-priority advert of our VRID shows the
+# claimant's MAC to be that peer's, remembered for its later claims. Tight, so that a foreign
+# host's claim that merely falls inside the split-brain window is not taken for a peer's.
+PEER_CLAIM_WINDOW = 0.05
 # A foreign claim is defended this long after it is seen, if we still lead then: a returning
 # higher-priority node announces first and advertises a preempt_lead later
 # (make-before-break), and our defence must not pull the clients back in between. Also how
@@ -227,6 +232,14 @@ class VrrpElection:
         self._split_answered_at: float | None = None  # last answer to a split-brain claim
         self._defence: Timer | None = None  # a foreign claim's defence, CLAIM_SETTLE later
         self._defence_first = 0.0  # when the first claim of the pending defence came
+        # MACs that claimed the VIP next to a lower-priority advert of our VRID: the other
+        # side of a split brain. Their later claims are answered as such, although under
+        # VRRP loss the advert that would show it again may never reach us.
+        self._peer_macs: dict[str, float] = {}  # MAC -> when it was last shown a peer's
+        self._foreign_seen: tuple[float, str] | None = None  # the last unexplained claim
+        # The last foreign defence: (claimant MAC, the budget before it), refunded if that
+        # MAC turns out to be a peer's (its advert came just after its announcement).
+        self._charged: tuple[str, float | None] | None = None
         self._claims = 0
         self._master_advert_at: float | None = None  # the followed master's last advert
         self._send_error: str | None = None  # the last advert send failure, until one succeeds
@@ -894,6 +907,14 @@ class VrrpElection:
             self._claims += 1
             metrics.DUPLICATE_CLAIMS.labels(source="vrrp").inc()
             self._log_claim(claimant=src, claimant_priority=priority)
+            seen = self._foreign_seen
+            if seen is not None and now - seen[0] <= PEER_CLAIM_WINDOW:
+                # A vipd peer announces just before it advertises: the claim came first.
+                self._foreign_seen = None
+                self._learn_peer(seen[1], now)
+                if self._charged is not None and self._charged[0] == seen[1]:
+                    self._defended_at = self._charged[1]
+                    self._charged = None
 
     # -- foreign claims (RFC 5227 §2.4) ---------------------------------------------------
 
@@ -923,10 +944,15 @@ class VrrpElection:
         its advert made it step down, and its gratuitous ARP can land after ours. That claim
         is answered at once (at most once per advert interval), whatever the foreign-host
         budget says: the peer is about to stop answering for the VIP, so clients left on its
-        MAC would time out. Anything else is a foreign host (RFC 5227 §2.4 (b)): counted with
-        the VRRP claims, logged, and defended with one burst at most every DEFEND_INTERVAL,
-        CLAIM_SETTLE after it was seen and only if we still lead then: a returning
-        higher-priority node announces before its preempting advert."""
+        MAC would time out. A claim within ``PEER_CLAIM_WINDOW`` of such an advert (before
+        or after it: a vipd peer announces just before it advertises) shows its MAC to be
+        the peer's, and that MAC's later claims are answered the same way: under VRRP
+        loss its next takeover's advert may never reach us, and a budget spent on it must not
+        leave the clients on a MAC about to stop answering. A defence charged to a claim that
+        turns out to be a peer's is refunded. Anything else is a foreign host (RFC 5227
+        §2.4 (b)): counted with the VRRP claims, logged, and defended with one burst at most
+        every DEFEND_INTERVAL, CLAIM_SETTLE after it was seen and only if we still lead then:
+        a returning higher-priority node announces before its preempting advert."""
         if self._announced is not None:
             self._announced.set()  # stopping: the successor's announcement (see resign)
             return
@@ -936,24 +962,17 @@ class VrrpElection:
             return
         now = self.clock()
         m = self.machine
-        interval = m.advert_interval
         recent = self._vrrp_claim_at
-        if recent is not None and now - recent <= SPLIT_BRAIN_ADVERTS * interval:
+        if recent is not None and now - recent <= PEER_CLAIM_WINDOW:
+            self._learn_peer(mac, now)
+        split = recent is not None and now - recent <= SPLIT_BRAIN_ADVERTS * m.advert_interval
+        if split or mac in self._peer_macs:
             # First, also inside our own lead window: that is exactly when the other
             # router's announcement, sent just before our answer reached it, lands.
             self._count_claim(now)
-            answered = self._split_answered_at
-            if answered is None or now - answered >= interval:
-                self._split_answered_at = now
-                self.controller.announce()
-                vlog.event(
-                    self.log,
-                    logging.INFO,
-                    "re-announcing",
-                    reason="a lower-priority peer of our VRID announced the VIP",
-                    claimant_mac=mac,
-                )
+            self._answer_peer(mac, now)
             return
+        self._foreign_seen = (now, mac)
         if m.lead_pending or (m.state_since is not None and now - m.state_since < CLAIM_SETTLE):
             # We are taking over from a live master, which answers until our advert reaches
             # it (make-before-break): its replies are expected, not a claim.
@@ -969,6 +988,27 @@ class VrrpElection:
             return
         self._defence = self._later(CLAIM_SETTLE, lambda: self._foreign_claim(mac))
 
+    def _learn_peer(self, mac: str, now: float) -> None:
+        if mac not in self._peer_macs and len(self._peer_macs) >= MAX_PEERS:
+            del self._peer_macs[min(self._peer_macs, key=self._peer_macs.__getitem__)]
+        self._peer_macs[mac] = now
+
+    def _answer_peer(self, mac: str, now: float) -> None:
+        """A split-brain peer's claim: re-announce at once, at most once per interval."""
+        answered = self._split_answered_at
+        if answered is not None and now - answered < self.machine.advert_interval:
+            return
+        self._split_answered_at = now
+        assert self.controller is not None
+        self.controller.announce()
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "re-announcing",
+            reason="a lower-priority peer of our VRID announced the VIP",
+            claimant_mac=mac,
+        )
+
     def _count_claim(self, now: float) -> None:
         self._claimed_at = now
         self._claims += 1
@@ -983,6 +1023,9 @@ class VrrpElection:
             return
         now = self.clock()
         self._count_claim(now)
+        if mac in self._peer_macs:  # its advert came while the defence waited
+            self._answer_peer(mac, now)
+            return
         defend = self._defended_at is None or now - self._defended_at >= DEFEND_INTERVAL
         n = self._claims
         if defend or n & (n - 1) == 0:  # 1, 2, 4, 8, …: a storm cannot flood the log
@@ -996,6 +1039,7 @@ class VrrpElection:
                 rfc="5227",
             )
         if defend:
+            self._charged = (mac, self._defended_at)
             self._defended_at = now
             self.controller.announce()
 

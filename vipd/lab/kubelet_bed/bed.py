@@ -572,7 +572,7 @@ class KubeletBed:
         # two cores three API servers and etcd members share (their load is not the VIP's).
         self.prober = Prober(self.lab, self.vip, WHO_PORT, realtime=True)
         self.prober.start()
-        self.kubectl_loop = ReadyzLoop(self.readyz)
+        self.kubectl_loop = ReadyzLoop(self.readyz_error)
         self.kubectl_loop.start()
         # Against n3's own API server: the VIP moves under a watch through it. (n3 is never the
         # node the flow reboots while it needs the watch: the roll comes before the reboot.)
@@ -616,10 +616,23 @@ class KubeletBed:
 
     def readyz(self, timeout: float = 3.0) -> bool:
         """Does ``kubectl get --raw /readyz`` through the VIP answer ok right now?"""
+        return not self.readyz_error(timeout)
+
+    def readyz_error(self, timeout: float = 3.0) -> str:
+        """``kubectl get --raw '/readyz?verbose'`` through the VIP: empty if the API server
+        answered ready, else why not: the checks it failed, or kubectl's last line (the VIP
+        not reachable, say), or that kubectl did not end in time."""
+        argv = self.kubectl_argv("get", "--raw", "/readyz?verbose", timeout=timeout)
         try:
-            return self.kubectl("get", "--raw", "/readyz", timeout=timeout, check=False) == "ok"
+            proc = self.lab.exec(self.lab.client_ns, argv, timeout=timeout + 5, check=False)
         except subprocess.TimeoutExpired:
-            return False
+            return f"kubectl did not end within {timeout + 5:.0f} s"
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode == 0 and lines and lines[-1] == "readyz check passed":
+            return ""
+        failed = [line for line in lines if line.startswith("[-]")]
+        said = failed or (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:]
+        return f"exit {proc.returncode}: {'; '.join(said)[:300] if said else '(no output)'}"
 
     def wait_readyz(self, timeout: float) -> float:
         """Seconds until /readyz through the VIP answers ok; MachineError after ``timeout``."""

@@ -3,9 +3,13 @@
 What it is: two lab-side instruments that run kubectl in the client namespace.
 
 - ``ReadyzLoop``: ``kubectl get --raw /readyz`` through the VIP every ``interval`` seconds,
-  each with a short ``--request-timeout``, one at a time (a user's kubectl, not a load test);
-  every attempt is recorded as ``KubectlTry(start, end, ok)`` on the monotonic clock the
-  2 ms TCP prober also uses, so a step's window selects both.
+  each with a ``--request-timeout`` of 5 s, one at a time (a user's kubectl, not a load test;
+  on two cores shared with three API servers and etcd a kubectl run can take seconds, and
+  the VIP's own gaps are the 2 ms TCP prober's to measure);
+  every attempt is recorded as ``KubectlTry(start, end, error)`` on the monotonic clock the
+  2 ms TCP prober also uses, so a step's window selects both; ``error`` is empty for an
+  answered ``ok`` and otherwise says what kubectl printed (or that it timed out), so a failed
+  attempt in a report can be told apart: the VIP unreachable, or the API server's answer.
 - ``PodWatch``: ``kubectl get pods -w`` on the DaemonSet's pods against one node's own API
   server (a watch through the VIP breaks at every move, which is what is being measured);
   each line it prints becomes a ``PodSeen`` (when it was read, node, pod UID, terminating,
@@ -32,14 +36,18 @@ from vipd.lab.topology import Lab
 class KubectlTry:
     start: float  # time.monotonic()
     end: float
-    ok: bool
+    error: str = ""  # empty: /readyz answered ok
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
 
 
 class ReadyzLoop:
     """kubectl through the VIP, one request at a time, every ``interval`` seconds."""
 
     def __init__(
-        self, readyz: Callable[[float], bool], *, interval: float = 0.3, timeout: float = 2.0
+        self, readyz: Callable[[float], str], *, interval: float = 0.3, timeout: float = 5.0
     ) -> None:
         self._readyz = readyz
         self.interval = interval
@@ -57,9 +65,9 @@ class ReadyzLoop:
         next_at = time.monotonic()
         while not self._stop.is_set():
             start = time.monotonic()
-            ok = self._readyz(self.timeout)
+            error = self._readyz(self.timeout)
             with self._lock:
-                self._tries.append(KubectlTry(start, time.monotonic(), ok))
+                self._tries.append(KubectlTry(start, time.monotonic(), error))
             # No catching up after a slow attempt: the samples stay evenly spread.
             next_at = max(next_at + self.interval, time.monotonic())
             self._stop.wait(max(0.0, next_at - time.monotonic()))
