@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Callable
 from ipaddress import IPv4Address
 
@@ -219,5 +220,50 @@ def test_a_release_refused_on_a_stale_version_is_sent_again_and_the_handover_sta
         assert store.record is not None and store.record.holder == "b"
         b.stop.set()
         assert await b.stopped() == EXIT_OK
+
+    asyncio.run(scenario())
+
+
+class GatedApi(FakeLeaseApi):
+    """The store's answers, except that a takeover write waits until ``gate`` opens: an
+    acquire or create still on its way when the stop begins."""
+
+    def __init__(self, store: LeaseStore, gate: threading.Event) -> None:
+        super().__init__(store)
+        self.gate = gate
+        self.waiting = threading.Event()
+        self.landed = threading.Event()
+
+    def call(self, req: logic.Request) -> logic.Outcome:
+        if req.purpose not in (logic.Purpose.ACQUIRE, logic.Purpose.CREATE):
+            return super().call(req)
+        self.waiting.set()
+        self.gate.wait(10)
+        try:
+            return super().call(req)
+        finally:
+            self.landed.set()
+
+
+def test_a_takeover_that_lands_after_the_stop_began_is_released() -> None:
+    """A follower's create is in flight when it is told to stop, and the API server takes it
+    after that: the stopping node must give the Lease back, not leave it to a holder that is
+    gone (the peers would wait out its duration with nobody holding the VIP)."""
+
+    async def scenario() -> None:
+        store, gate = LeaseStore(), threading.Event()
+        a = Node("a", store)
+        api = GatedApi(store, gate)
+        a.election._open_api = lambda lease, log: api
+        a.start()
+        await until(api.waiting.is_set)
+        a.stop.set()
+        await asyncio.sleep(0.2)  # the stop has begun and waits on the write
+        gate.set()
+        assert await a.stopped() == EXIT_OK
+        await until(api.landed.is_set)
+        assert store.writes == [("create", "a"), ("update", None)], store.writes
+        assert store.record is not None and store.record.holder is None
+        assert "bind" not in a.host.events  # a stopping agent binds nothing
 
     asyncio.run(scenario())

@@ -665,6 +665,7 @@ class LeaseElection:
         # Release whatever the role: a leader whose VIP waits for ``bind_at`` holds the Lease
         # too (``leader`` is False then). The successor wait is only for a VIP that is up.
         held_vip = self.elector.leader
+        await self._settle_takeover()
         self._was_leader = self.elector.role is not Role.FOLLOWER
         if self.api is None or not self._was_leader:
             return
@@ -712,6 +713,26 @@ class LeaseElection:
         if released and graceful and held_vip:
             await self._await_successor(released_at)
         self._successor_heard = None
+
+    async def _settle_takeover(self) -> None:
+        """A follower's takeover write (acquire or create) in flight when the stop began can
+        still land. Wait for its answer (bounded by its own timeout): a Lease won at the stop
+        is then released like any other, not left to a holder that is gone, for the peers to
+        wait out its whole duration with nobody holding the VIP. Only the role is taken from
+        the answer; nothing more is sent, and the stopping agent binds nothing."""
+        fut, req = self._inflight, self._inflight_req
+        takeover = (logic.Purpose.ACQUIRE, logic.Purpose.CREATE)
+        if fut is None or req is None or req.purpose not in takeover:
+            return
+        if self.elector.role is not Role.FOLLOWER:
+            return
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(fut), req.timeout + 0.5)
+        except TimeoutError:
+            return  # not answered: whether it landed is unknown, as after a crash
+        self._inflight = None
+        actions = self._result(outcome)
+        self._apply([a for a in actions if not isinstance(a, logic.Send)], self.clock())
 
     async def _call(self, request: logic.Request, timeout: float) -> logic.Outcome:
         """One API call on the pool, its answer or Unreachable after ``timeout``."""
