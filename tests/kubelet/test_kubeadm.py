@@ -41,7 +41,13 @@ CONTROL_PLANE = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 
 def _no_two_holders(cluster: Cluster) -> None:
     bad = [o for o in cluster.watch.overlaps() if o.duration > OVERLAP_LIMIT]
-    assert not bad, f"two holders: {bad}"
+    logs = cluster.bed.pod_logs
+    assert logs is not None
+    assert not bad, f"two holders: {bad}\nvipd around it:\n" + "\n".join(
+        f"{ln.node} {ln.pod}: {ln.text}"
+        for o in bad
+        for ln in logs.around(o.nodes, o.start - 2.0, o.end + 1.0)
+    )
 
 
 def test_kubeadm_init_and_joins_through_the_vip(cluster: Cluster) -> None:

@@ -6,6 +6,8 @@ failed, so each expected number can be worked out by hand.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -324,3 +326,31 @@ def test_vipd_lab_kubeadm_passes_the_election_on(monkeypatch: pytest.MonkeyPatch
         {"as_json": True, "keep": False, "election": "lease"},
         {"as_json": True, "keep": False, "election": "vrrp"},
     ]
+
+
+CONTAINERD_LOG = (
+    'time="2026-12-02T01:52:38.107Z" level=info msg="received container exit event '
+    'container_id:\\"aaa1\\" id:\\"aaa1\\" pid:657 exit_status:3 '
+    'exited_at:{seconds:1796176358 nanos:106623049}"\n'
+    'time="2026-12-02T01:52:38.699Z" level=info msg="received sandbox exit event '
+    'container_id:\\"bbb2\\" id:\\"bbb2\\" exit_status:137 '
+    'exited_at:{seconds:1796176358 nanos:698189033}" monitor_name=podsandbox\n'
+    'time="2026-12-02T01:53:01.000Z" level=info msg="received container exit event '
+    'container_id:\\"ccc3\\" id:\\"ccc3\\" pid:912 exit_status:0 '
+    'exited_at:{seconds:1796176381 nanos:500000000}"\n'
+)
+
+
+def test_a_containers_exit_is_read_from_the_containerd_log(tmp_path: Path) -> None:
+    from vipd.lab.kubeadm_flow import exit_logged
+
+    log = tmp_path / "containerd.log"
+    log.write_text(CONTAINERD_LOG)
+    assert exit_logged(log, "ccc3") == {
+        "exit_code": 0, "finished": 1796176381.5, "state": "CONTAINER_EXITED",
+    }  # fmt: skip
+    first = exit_logged(log, "aaa1")
+    assert first is not None and first["exit_code"] == 3
+    assert exit_logged(log, "bbb2") is None  # a sandbox's exit, not a container's
+    assert exit_logged(log, "ddd4") is None
+    assert exit_logged(tmp_path / "absent.log", "ccc3") is None

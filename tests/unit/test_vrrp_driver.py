@@ -430,7 +430,8 @@ def test_a_claim_its_advert_follows_is_a_peers_and_costs_no_defend_budget() -> N
         n.election._on_claim("02:00:00:00:00:12")  # its announcement, before its advert
         fire_within(n, CLAIM_SETTLE + 0.001)
         assert garps(n, mark) == 1  # defended as a foreign host's
-        n.clock.now = t0 + 0.03
+        # Its first advert lost, the next one an interval and a half later.
+        n.clock.now = t0 + 1.5 * n.election.machine.advert_interval
         n.wire.inject(advert(PEER, 100))
         await until(lambda: n.election.machine.lead_pending)
         heard = n.clock.now

@@ -30,12 +30,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vipd.lab.addrwatch import AddressWatch, AddrEvent
@@ -243,7 +245,10 @@ class StaticWatch:
 
     def handover(self) -> tuple[int | None, float | None]:
         """(the static vipd's exit code, the DaemonSet vipd's start minus the static one's
-        finish); (None, None) if the static one was never seen exited."""
+        finish); (None, None) if the static one was never seen exited. A container removed
+        between two looks is found in the node's containerd log, which records every exit."""
+        if self.exited is None and self.id is not None:
+            self.exited = exit_logged(self.bed.machines[self.name].dir / "containerd.log", self.id)
         if self.exited is None:
             return None, None
         daemon = [c for c in self.bed.vipd_containers(self.name)
@@ -252,6 +257,25 @@ class StaticWatch:
             return self.exited["exit_code"], None
         first = min(daemon, key=lambda c: c["started"])
         return self.exited["exit_code"], round(first["started"] - self.exited["finished"], 3)
+
+
+def exit_logged(log: Path, container_id: str) -> dict[str, Any] | None:
+    """Container ``container_id``'s exit as containerd logged it (``received container exit
+    event ... exit_status:N exited_at:{seconds:S nanos:NS}``): its exit code and finish
+    (POSIX seconds), as ``KubeletBed.container`` gives them; None if not there."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    pattern = (
+        r'received container exit event container_id:\\"' + re.escape(container_id)
+        + r'\\".*?exit_status:(\d+) exited_at:\{seconds:(\d+) nanos:(\d+)\}'
+    )  # fmt: skip
+    found = re.search(pattern, text)
+    if found is None:
+        return None
+    status, seconds, nanos = (int(g) for g in found.groups())
+    return {"exit_code": status, "finished": seconds + nanos / 1e9, "state": "CONTAINER_EXITED"}
 
 
 def roll_windows(

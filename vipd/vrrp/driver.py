@@ -74,9 +74,10 @@ DEFEND_INTERVAL = 10.0
 # that peer's split brain, not a foreign host: answered at once (once per advert interval).
 SPLIT_BRAIN_ADVERTS = 3
 # A router sends its gratuitous ARP in the same moment as its advert (vipd just before it,
-# keepalived just after): a claim this close to a lower-priority advert of our VRID shows the
+# keepalived just after): a claim this soon after a lower-priority advert of our VRID shows the
 # claimant's MAC to be that peer's, remembered for its later claims. Tight, so that a foreign
-# host's claim that merely falls inside the split-brain window is not taken for a peer's.
+# host's claim that merely falls inside the split-brain window (after a preemption, say) is
+# not taken for a peer's. (A claim that such an advert follows: see _after_advert.)
 PEER_CLAIM_WINDOW = 0.05
 # A foreign claim is defended this long after it is seen, if we still lead then: a returning
 # higher-priority node announces first and advertises a preempt_lead later
@@ -908,8 +909,10 @@ class VrrpElection:
             metrics.DUPLICATE_CLAIMS.labels(source="vrrp").inc()
             self._log_claim(claimant=src, claimant_priority=priority)
             seen = self._foreign_seen
-            if seen is not None and now - seen[0] <= PEER_CLAIM_WINDOW:
-                # A vipd peer announces just before it advertises: the claim came first.
+            if seen is not None and now - seen[0] <= SPLIT_BRAIN_ADVERTS * m.advert_interval:
+                # The claim came first: a vipd peer announces just before it advertises, and
+                # under loss its first adverts may be lost. A foreign host's claim is not
+                # followed by adverts, so this window can be as wide as the split brain's.
                 self._foreign_seen = None
                 self._learn_peer(seen[1], now)
                 if self._charged is not None and self._charged[0] == seen[1]:
@@ -944,8 +947,9 @@ class VrrpElection:
         its advert made it step down, and its gratuitous ARP can land after ours. That claim
         is answered at once (at most once per advert interval), whatever the foreign-host
         budget says: the peer is about to stop answering for the VIP, so clients left on its
-        MAC would time out. A claim within ``PEER_CLAIM_WINDOW`` of such an advert (before
-        or after it: a vipd peer announces just before it advertises) shows its MAC to be
+        MAC would time out. A claim within ``PEER_CLAIM_WINDOW`` after such an advert, or
+        one that such an advert follows within the split-brain window (a vipd peer announces
+        just before it advertises, and its first adverts may be lost), shows its MAC to be
         the peer's, and that MAC's later claims are answered the same way: under VRRP
         loss its next takeover's advert may never reach us, and a budget spent on it must not
         leave the clients on a MAC about to stop answering. A defence charged to a claim that

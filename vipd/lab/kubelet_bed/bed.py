@@ -46,6 +46,7 @@ from vipd.lab.kubebed import binaries
 from vipd.lab.kubelet_bed import images
 from vipd.lab.kubelet_bed.clients import COLUMNS, PodWatch, ReadyzLoop
 from vipd.lab.kubelet_bed.node import CONTAINERD_SOCKET, Machine, MachineError
+from vipd.lab.kubelet_bed.podlogs import PodLogKeeper
 from vipd.lab.podman import Podman
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
@@ -228,6 +229,7 @@ class KubeletBed:
         self.responders: list[Responder] = []
         self.prober: Prober | None = None
         self.kubectl_loop: ReadyzLoop | None = None
+        self.pod_logs: PodLogKeeper | None = None
         self.pod_watch: PodWatch | None = None
         self.events: list[tuple[float, str]] = []  # (monotonic, what) for the timeline
 
@@ -286,12 +288,17 @@ class KubeletBed:
         self.note(
             f"3 nodes booted (containerd up, images imported) in {time.monotonic() - t0:.1f} s"
         )
+        # From the first static vipd on: a replaced pod's log goes with the pod.
+        self.pod_logs = PodLogKeeper({name: m.root for name, m in self.machines.items()})
+        self.pod_logs.start()
 
     def teardown(self) -> None:
         if self.prober is not None:
             self.prober.stop()
         if self.kubectl_loop is not None:
             self.kubectl_loop.stop()
+        if self.pod_logs is not None:
+            self.pod_logs.stop()
         if self.pod_watch is not None:
             self.pod_watch.stop()
         for machine in self.machines.values():
@@ -504,16 +511,27 @@ class KubeletBed:
         self.kubectl("apply", "-f", str(path), server=server)
 
     def rollout_status(self, timeout: float = 300.0, *, server: str | None = None) -> str:
-        """``kubectl -n kube-system rollout status ds/vipd`` (MachineError if it fails)."""
-        proc = self.lab.exec(
-            self.lab.client_ns,
-            self.kubectl_argv("-n", "kube-system", "rollout", "status", "ds/vipd",
-                              f"--timeout={int(timeout)}s", server=server, timeout=timeout),
-            timeout=timeout + 10, check=False,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            raise MachineError(f"rollout status ds/vipd: {(proc.stderr or proc.stdout).strip()}")
-        return proc.stdout
+        """``kubectl -n kube-system rollout status ds/vipd`` (MachineError if it fails).
+
+        Through the VIP, its connection breaks when the VIP moves (the new holder answers the
+        old connection with a reset), and kubectl gives up when that hits a request rather
+        than its watch ("Please retry"): run again then, as a user would, within
+        ``timeout`` in all. Any other failure is raised."""
+        end = time.monotonic() + timeout
+        while True:
+            left = max(1.0, end - time.monotonic())
+            proc = self.lab.exec(
+                self.lab.client_ns,
+                self.kubectl_argv("-n", "kube-system", "rollout", "status", "ds/vipd",
+                                  f"--timeout={int(left)}s", server=server, timeout=left),
+                timeout=left + 10, check=False,
+            )  # fmt: skip
+            if proc.returncode == 0:
+                return proc.stdout
+            said = (proc.stderr or proc.stdout).strip()
+            if not any(m in said for m in CONNECTION_LOST) or time.monotonic() >= end:
+                raise MachineError(f"rollout status ds/vipd: {said}")
+            self.note(f"rollout status: connection lost ({said.splitlines()[-1][:160]}); again")
 
     def follow_logs(self, pod: str, server: str) -> Path:
         """``kubectl logs -f`` of a vipd pod's vipd container into the work directory: the
@@ -686,6 +704,10 @@ class KubeletBed:
         """Names of the containers the node's containerd runs (``crictl ps``)."""
         out = self.machines[name].crictl("ps", "-o", "json")
         return sorted(c["metadata"]["name"] for c in json.loads(out)["containers"])
+
+
+# What kubectl prints when its connection through the VIP broke (the VIP moved under it).
+CONNECTION_LOST = ("connection reset by peer", "connection refused", "Please retry", "EOF")
 
 
 def rfc3339(stamp: str) -> float:
