@@ -27,7 +27,6 @@ namespaces or cgroups behind after ``teardown``.
 from __future__ import annotations
 
 import concurrent.futures
-import datetime as dt
 import hashlib
 import json
 import os
@@ -46,7 +45,7 @@ from vipd.lab.kubebed import binaries
 from vipd.lab.kubelet_bed import images
 from vipd.lab.kubelet_bed.clients import COLUMNS, PodWatch, ReadyzLoop
 from vipd.lab.kubelet_bed.node import CONTAINERD_SOCKET, Machine, MachineError
-from vipd.lab.kubelet_bed.podlogs import PodLogKeeper
+from vipd.lab.kubelet_bed.podlogs import PodLogKeeper, cri_time
 from vipd.lab.podman import Podman
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
@@ -715,9 +714,7 @@ def rfc3339(stamp: str) -> float:
     trimmed, ``Z``); 0.0 for an empty or zero time (``0001-01-01T00:00:00Z``)."""
     if not stamp or stamp.startswith("0001-"):
         return 0.0
-    main, _, frac = stamp.rstrip("Z").partition(".")
-    base = dt.datetime.fromisoformat(main).replace(tzinfo=dt.UTC).timestamp()
-    return base + (int(frac.ljust(9, "0")[:9]) / 1e9 if frac else 0.0)
+    return cri_time(stamp) or 0.0
 
 
 def pod_ready(pod: dict[str, Any] | None) -> bool:
