@@ -1,0 +1,87 @@
+"""The kubelet bed's kubectl wrappers, on a fake lab: what counts as /readyz answered, what
+a failed try is reported as, and when ``rollout status`` is run again.
+
+What it tests: ``KubeletBed.readyz_error`` on kube-apiserver's ``/readyz?verbose`` answers (the
+check list ending in ``readyz check passed``, a failing check, a refused connection, a
+kubectl that did not end) and ``KubeletBed.rollout_status`` run again after a connection
+reset at a VIP move, but not after any other failure.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from vipd.lab.kubelet_bed.bed import KubeletBed
+from vipd.lab.kubelet_bed.node import MachineError
+
+PASSED = "[+]ping ok\n[+]log ok\n[+]etcd ok\nreadyz check passed\n"
+FAILED = "[+]ping ok\n[-]etcd failed: reason withheld\n[+]log ok\nreadyz check failed\n"
+RESET = (
+    'E1202 01:42:15.478268   12681 request.go:1198] "Unexpected error when reading response '
+    'body" err="read tcp 10.77.0.2:55626->10.77.0.100:6443: read: connection reset by peer"\n'
+    "error: unexpected error when reading response body. Please retry. Original error: read "
+    "tcp 10.77.0.2:55626->10.77.0.100:6443: read: connection reset by peer\n"
+)
+
+
+class FakeLab:
+    client_ns = "client"
+
+    def __init__(self, answers: list[subprocess.CompletedProcess[str] | Exception]) -> None:
+        self.answers = answers
+        self.argvs: list[list[str]] = []
+
+    def exec(self, ns: str, argv: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        self.argvs.append(list(argv))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def done(code: int, out: str = "", err: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess([], code, out, err)
+
+
+def bed(answers: list[subprocess.CompletedProcess[str] | Exception]) -> KubeletBed:
+    b = KubeletBed.__new__(KubeletBed)
+    b.lab = FakeLab(answers)  # type: ignore[assignment]
+    b.events = []
+    b.kubectl_argv = lambda *args, server=None, timeout=30.0: ["kubectl", *args]  # type: ignore[method-assign]
+    return b
+
+
+def test_readyz_is_answered_only_by_the_passed_line() -> None:
+    assert bed([done(0, PASSED)]).readyz_error(5.0) == ""
+    assert bed([done(0, PASSED)]).readyz()
+    assert bed([done(1, FAILED)]).readyz_error(5.0) == "exit 1: [-]etcd failed: reason withheld"
+    assert not bed([done(0, "ok")]).readyz()  # not the verbose answer
+
+
+def test_a_failed_readyz_says_what_kubectl_said() -> None:
+    refused = done(1, "", "The connection to the server 10.77.0.100:6443 was refused\n")
+    assert bed([refused]).readyz_error(5.0) == (
+        "exit 1: The connection to the server 10.77.0.100:6443 was refused"
+    )
+    hung = subprocess.TimeoutExpired(["kubectl"], 10.0)
+    assert bed([hung]).readyz_error(5.0) == "kubectl did not end within 10 s"
+    assert bed([done(1)]).readyz_error(5.0) == "exit 1: (no output)"
+
+
+def test_rollout_status_is_run_again_after_a_reset_at_a_move() -> None:
+    b = bed([done(1, "", RESET), done(0, 'daemon set "vipd" successfully rolled out\n')])
+    assert "successfully rolled out" in b.rollout_status(60.0)
+    assert len(b.lab.argvs) == 2  # type: ignore[attr-defined]
+    (note,) = [what for _, what in b.events]
+    assert note.startswith("rollout status: connection lost")
+
+
+def test_rollout_status_raises_any_other_failure() -> None:
+    b = bed([done(1, "", 'error: daemonsets.apps "vipd" not found\n')])
+    with pytest.raises(MachineError, match="not found"):
+        b.rollout_status(60.0)
+    assert len(b.lab.argvs) == 1  # type: ignore[attr-defined]
