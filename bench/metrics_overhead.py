@@ -25,7 +25,6 @@ What it must not do: touch anything outside its lab's namespaces.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import platform
@@ -38,8 +37,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from vipd.lab.nsthread import join_netns
+
 ROOT = Path(__file__).resolve().parents[1]
-CLONE_NEWNET = 0x40000000
 
 
 def _schedstat_ns(pid: int) -> int:
@@ -57,13 +57,7 @@ def _scraper(ns_paths: list[str], stop: threading.Event, counts: list[int]) -> N
     """GET /metrics and /status of every node once a second, from inside each namespace."""
 
     def one(ns_path: str) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(ns_path, os.O_RDONLY)
-        try:
-            if libc.setns(fd, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns")
-        finally:
-            os.close(fd)
+        join_netns(ns_path)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while not stop.is_set():
             for path in ("/metrics", "/status"):

@@ -24,6 +24,7 @@ import pytest
 from tests.kubelet.conftest import Cluster
 from vipd.lab.kubeadm_flow import (
     OVERLAP_LIMIT,
+    OVERLAP_NOISE,
     POWER_LOSS_LIMIT,
     Step,
     adopt_all,
@@ -39,8 +40,18 @@ pytestmark = pytest.mark.kubelet
 CONTROL_PLANE = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "vipd"]
 
 
-def _no_two_holders(cluster: Cluster) -> None:
-    bad = [o for o in cluster.watch.overlaps() if o.duration > OVERLAP_LIMIT]
+@pytest.fixture
+def began() -> float:
+    """When the test began (POSIX time, the address watch's clock): each test judges the
+    overlaps of its own steps; the module's cluster lives on from test to test."""
+    return time.time()
+
+
+def _no_two_holders(cluster: Cluster, since: float) -> None:
+    seen = [o for o in cluster.watch.overlaps() if o.end >= since]
+    for o in seen:
+        print(f"two holders {sorted(o.nodes)} for {o.duration * 1e3:.0f} ms")
+    bad = [o for o in seen if o.duration > OVERLAP_LIMIT + OVERLAP_NOISE]
     logs = cluster.bed.pod_logs
     assert logs is not None
     assert not bad, f"two holders: {bad}\nvipd around it:\n" + "\n".join(
@@ -69,7 +80,7 @@ def test_kubeadm_init_and_joins_through_the_vip(cluster: Cluster) -> None:
         conf = (bed.machines[name].root / "etc/kubernetes/admin.conf").read_text()
         assert f"server: https://{bed.endpoint}" in conf
     assert len(bed.holders()) == 1
-    _no_two_holders(cluster)
+    _no_two_holders(cluster, 0.0)  # the whole life so far: init and the joins
 
 
 def _show(steps: list[Step]) -> None:
@@ -92,11 +103,11 @@ def _judge(steps: list[Step]) -> None:
         assert s.moves <= 1, s
         if s.node not in s.before:
             assert s.after == s.before, f"a follower's step moved the VIP: {s}"
-        assert s.kubectl_failed <= s.moves, f"kubectl failed more than once per move: {s}"
+        assert s.kubectl_failed <= s.kubectl_allowed(), f"kubectl failed too often: {s}"
     assert [p for s in steps for p in s.problems()] == []
 
 
-def test_daemonset_adopts_node_by_node_leader_last(cluster: Cluster) -> None:
+def test_daemonset_adopts_node_by_node_leader_last(cluster: Cluster, began: float) -> None:
     bed = cluster.bed
     (leader,) = bed.holders()
     steps = adopt_all(bed, cluster.watch)
@@ -117,10 +128,10 @@ def test_daemonset_adopts_node_by_node_leader_last(cluster: Cluster) -> None:
     assert set(bed.vipd_pods()) == {"n1", "n2", "n3"}
     for name in ("n1", "n2", "n3"):
         assert not bed.static_manifest(name).exists()
-    _no_two_holders(cluster)
+    _no_two_holders(cluster, began)
 
 
-def test_image_roll_behaves_like_adopt(cluster: Cluster) -> None:
+def test_image_roll_behaves_like_adopt(cluster: Cluster, began: float) -> None:
     bed = cluster.bed
     steps = roll(bed, cluster.watch, VIPD_IMAGE_NEXT)
     _show(steps)
@@ -135,10 +146,12 @@ def test_image_roll_behaves_like_adopt(cluster: Cluster) -> None:
     assert {n: p["spec"]["containers"][0]["image"] for n, p in pods.items()} == {
         n: VIPD_IMAGE_NEXT for n in ("n1", "n2", "n3")
     }
-    _no_two_holders(cluster)
+    _no_two_holders(cluster, began)
 
 
-def test_rebooted_leader_gives_the_vip_away_and_the_cluster_goes_on(cluster: Cluster) -> None:
+def test_rebooted_leader_gives_the_vip_away_and_the_cluster_goes_on(
+    cluster: Cluster, began: float
+) -> None:
     r = reboot_leader(cluster.bed, cluster.watch)
     print(f"\n{r}")
     assert r.problems == []
@@ -146,10 +159,10 @@ def test_rebooted_leader_gives_the_vip_away_and_the_cluster_goes_on(cluster: Clu
     assert r.new_holder != [r.node] and len(r.new_holder) == 1
     assert r.readyz_after_s is not None and r.back_after_s is not None
     assert "vipd" in cluster.bed.running_containers(r.node)
-    _no_two_holders(cluster)
+    _no_two_holders(cluster, began)
 
 
-def test_bad_image_recovery_as_documented(cluster: Cluster) -> None:
+def test_bad_image_recovery_as_documented(cluster: Cluster, began: float) -> None:
     bed = cluster.bed
     r = bad_image_recovery(bed, "n1")
     print(f"\n{r}")
@@ -162,10 +175,10 @@ def test_bad_image_recovery_as_documented(cluster: Cluster) -> None:
     assert {n: p["spec"]["containers"][0]["image"] for n, p in pods.items()} == {
         n: VIPD_IMAGE for n in ("n1", "n2", "n3")
     }
-    _no_two_holders(cluster)
+    _no_two_holders(cluster, began)
 
 
-def test_full_power_loss_comes_back_without_a_manual_step(cluster: Cluster) -> None:
+def test_full_power_loss_comes_back_without_a_manual_step(cluster: Cluster, began: float) -> None:
     bed = cluster.bed
     bed.power_off_all()
     assert bed.holders() == []
@@ -183,4 +196,4 @@ def test_full_power_loss_comes_back_without_a_manual_step(cluster: Cluster) -> N
         time.sleep(1)
     assert all(r == CONTROL_PLANE for r in running.values()), running
     assert len(bed.holders()) == 1
-    _no_two_holders(cluster)
+    _no_two_holders(cluster, began)

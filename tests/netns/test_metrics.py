@@ -21,7 +21,6 @@ protocol (Master_Down_Interval, the scrape interval, HEALTHZ_MAX_AGE) plus a wid
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -46,6 +45,7 @@ from tests.prereq import missing
 from vipd.endpoint import server as httpd
 from vipd.lab import faults
 from vipd.lab.daemons import Daemon, HealthSpec, VipdDaemon, VrrpSpec, make_daemon
+from vipd.lab.nsthread import in_netns
 from vipd.lab.responder import Responder
 from vipd.lab.topology import CLIENT4, VIP4, Lab, python_argv, python_env
 
@@ -53,40 +53,12 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "manifests" / "monitoring" / "vipd-rules.yaml"
 DASHBOARD = ROOT / "manifests" / "monitoring" / "vipd-dashboard.json"
-CLONE_NEWNET = 0x40000000
 PORT = 2112
 SCRAPE_INTERVAL = 0.5  # seconds; Prometheus accepts sub-second intervals
 
 
 # Each poll here is costly (an HTTP request, a log read, podman): not every 10 ms.
 wait_for = functools.partial(waiting.wait_for, step=0.05)
-
-
-def in_netns(ns: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` in a new thread that has joined network namespace ``ns`` (setns is per
-    thread), so sockets it opens live there."""
-    result: list[T] = []
-    error: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-            try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), f"setns({ns})")
-            finally:
-                os.close(fd)
-            result.append(fn())
-        except BaseException as exc:
-            error.append(exc)
-
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    if error:
-        raise error[0]
-    return result[0]
 
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -93,9 +93,17 @@ def base_tarball() -> Path:
         sources = next((s for s in APT_SOURCES if Path(s).is_file()), None)
         if sources is None:
             missing(f"no apt sources for mmdebstrap (looked at {APT_SOURCES})")
-        partial = tarball.with_suffix(".partial")
+        # The format is said, not left to mmdebstrap's guess from the name: a target without
+        # a tar suffix became a directory tree, renamed to the tarball's name and then
+        # unreadable as one. Leftovers of an interrupted or that mistaken make go first.
+        partial = CACHE / f"bookworm-{key}.partial.tar"
+        for stale in (tarball, partial):
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            stale.unlink(missing_ok=True)
         sh(
-            "mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(PACKAGES)}",
+            "mmdebstrap", "--quiet", "--variant=apt", "--format=tar",
+            f"--include={','.join(PACKAGES)}",
             '--aptopt=APT::Install-Recommends "false"',
             *(f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale")),
             "bookworm", str(partial), sources,

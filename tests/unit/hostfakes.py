@@ -132,14 +132,32 @@ class FakeWire(_Wakeable):
         self.queue: list[Datagram | packet.DecodeError] = []
         self.fail_receive: Exception | None = None
         self.closed = False
+        # Quiet following as the real transport's filters do it: a datagram equal to the
+        # followed one is queued (with its arrival on the fake clock) without waking anyone.
+        self.can_follow = True
+        self.followed: Datagram | None = None
+        self.follows: list[Datagram | None] = []
+        self.quiet: list[tuple[float, Datagram]] = []
 
     def send(self, message: bytes, dst: IPAddress) -> None:
         self.sent.append((message, dst))
         self.events.append(f"advert:{message[2]}")  # the priority byte (RFC 9568 §5.2.4)
 
     def inject(self, dgram: Datagram) -> None:
+        if self.followed is not None and dgram == self.followed:
+            self.quiet.append((self.clock.now, dgram))
+            return
         self.queue.append(dgram)
         self._poke()
+
+    def follow(self, dgram: Datagram | None) -> None:
+        self.followed = dgram
+        self.follows.append(dgram)
+
+    def receive_quiet(self) -> list[tuple[float, Datagram]]:
+        out = [(max(0.0, self.clock.now - at), d) for at, d in self.quiet]
+        self.quiet = []
+        return out
 
     def receive(self) -> list[Datagram | packet.DecodeError]:
         self._drain()
@@ -150,7 +168,7 @@ class FakeWire(_Wakeable):
         return out
 
     def wait_readable(self, timeout: float) -> bool:
-        if self.queue:
+        if self.queue or self.quiet:
             return True
         self.clock.now += timeout  # nothing arrives during the wait
         return False

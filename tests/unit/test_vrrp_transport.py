@@ -28,6 +28,9 @@ class RecordingTransport(Transport):
     def _open(self) -> socket.socket:
         return Recorder()  # type: ignore[return-value]
 
+    def _open_quiet(self) -> socket.socket | None:
+        return None
+
 
 def test_each_destination_gets_its_own_address_every_time() -> None:
     peers = (IPv4Address("10.0.0.12"), IPv4Address("10.0.0.13"))

@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -54,6 +55,7 @@ from vipd import metrics, track
 from vipd.config import Config
 from vipd.controller import Controller
 from vipd.election import FOLLOWER, INIT, LEADER, Host, Publish, Transition, VipLink
+from vipd.endpoint.server import on_loop
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
 from vipd.health.tracker import Outcome as HealthOutcome
@@ -68,6 +70,8 @@ IPAddress = IPv4Address | IPv6Address
 
 # How early a Backup's down timer is armed on the loop (see _rearm).
 TIMER_SLACK = 0.002
+# A scrape of the master's advert age waits this long for the loop to read the quiet socket.
+AGE_WAIT = 0.2
 # RFC 5227 §2.4 (b): defend the address at most once per DEFEND_INTERVAL seconds.
 DEFEND_INTERVAL = 10.0
 # A claim within this many advert intervals of a lower-priority advert of our own VRID is
@@ -103,8 +107,13 @@ class Wire(Protocol):
     @property
     def destinations(self) -> tuple[IPAddress, ...]: ...
 
+    @property
+    def can_follow(self) -> bool: ...
+
     def send(self, message: bytes, dst: IPAddress) -> None: ...
     def receive(self) -> Any: ...
+    def follow(self, dgram: Datagram | None) -> None: ...
+    def receive_quiet(self) -> list[tuple[float, Datagram]]: ...
     def wait_readable(self, timeout: float) -> bool: ...
     def fileno(self) -> int: ...
     def close(self) -> None: ...
@@ -205,6 +214,7 @@ class VrrpElection:
         # The loop of run(): asyncio.get_running_loop() checks the process id with a
         # getpid() system call, once per advert sent or heard if asked every time.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         self._publish: Publish | None = None
         self.transport: Wire | None = None
         # election.vrrp.vmac: the macvlan and its send-only socket (the leader's adverts).
@@ -243,6 +253,13 @@ class VrrpElection:
         self._charged: tuple[str, float | None] | None = None
         self._claims = 0
         self._master_advert_at: float | None = None  # the followed master's last advert
+        # Quiet following (vrrp.transport): the steady master's advert that the wire keeps off
+        # the polled socket, and the receive time of the last advert handled (a copy both
+        # sockets took while the filters changed is older, and dropped).
+        self._followed: Datagram | None = None
+        self._followed_as: tuple[packet.Advert, str] | None = None  # decoded, checksum form
+        self._last_rx_at = float("-inf")
+        self._quiet = True  # False once following failed on this host (logged)
         self._send_error: str | None = None  # the last advert send failure, until one succeeds
         self._master_seen: tuple[IPAddress | None, int | None, int] = (None, None, -1)
         self._log_send_error = vlog.Sparse(self.log, "advert send failed")
@@ -324,6 +341,7 @@ class VrrpElection:
         cancelled; a bug in a loop callback ends it with that exception."""
         loop = asyncio.get_running_loop()
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._fatal = loop.create_future()
         self._publish = publish
         try:
@@ -376,6 +394,7 @@ class VrrpElection:
         h = self.cfg.health
         if h is None or addr != h.local or h.weight == 0:
             return
+        self._catch_up()
         now = self.clock()
         priority = self._gated_priority(health.healthy)
         old = self.machine.priority
@@ -397,6 +416,7 @@ class VrrpElection:
         keepalived's FAULT: out of the election (a leader resigns with a priority-0 advert
         and releases the VIP) until it is up again."""
         self._track = adj
+        self._catch_up()
         now = self.clock()
         self._apply(self.machine.set_priority(now, self._current_priority()), now)
         if adj.fault and not self._faulted:
@@ -429,6 +449,7 @@ class VrrpElection:
             preempt=v.preempt,
             preempt_delay=v.preempt_delay,
         )
+        self._catch_up()
         now = self.clock()
         self._apply(self.machine.set_priority(now, self._current_priority()), now)
 
@@ -489,6 +510,7 @@ class VrrpElection:
         self.transport = self._open_wire(
             self.ifname, self.ifindex, self.source, self.unicast_peers, True
         )
+        self._followed = None
         if self.vmac is not None:
             assert self.vmac.index is not None
             self.sender = self._open_wire(self.vmac.name, self.vmac.index, self.source, (), False)
@@ -512,6 +534,7 @@ class VrrpElection:
     def on_link(self, up: bool) -> None:
         """Interface down is the machine's ``link_down``, up its ``link_up`` (RFC 9568 §6.4)."""
         self.link_up = up
+        self._catch_up()
         now = self.clock()
         if up:
             vlog.event(
@@ -546,6 +569,8 @@ class VrrpElection:
         crashed leader hands over the same way.
         """
         self._cancel_timer()
+        self._catch_up()
+        self._unfollow()  # the successor's adverts are waited for on the polled socket
         self._was_active = self.machine.state is state.State.ACTIVE
         if self.transport is None:
             return
@@ -709,6 +734,8 @@ class VrrpElection:
                 vlog.event(self.log, logging.INFO, "re-announcing", reason=reason)
         self._rearm()
         m = self.machine
+        if self._followed is not None and m.state is not state.State.BACKUP:
+            self._unfollow()
         if (m.master_ip, m.master_priority, m.priority) != self._master_seen:
             # Cheap, but not per advert: only when the master or our priority changed.
             self._master_seen = (m.master_ip, m.master_priority, m.priority)
@@ -783,6 +810,13 @@ class VrrpElection:
     def _on_timer(self) -> None:
         self._timer = None
         m = self.machine
+        if m.state is state.State.BACKUP and self._catch_up():
+            # The followed master's adverts since the last look, each at its receive time:
+            # the down timer runs from the last of them, as if each had woken us.
+            deadline, now = m.deadline, self.clock()
+            if deadline is None or deadline - now > TIMER_SLACK:
+                return  # they re-armed the timer
+            self._cancel_timer()  # this callback finishes the takeover
         deadline = m.deadline
         now = self.clock()
         if deadline is not None and m.state is state.State.ACTIVE:
@@ -843,6 +877,8 @@ class VrrpElection:
     def _on_readable(self) -> None:
         assert self.transport is not None
         now = self.clock()
+        # The quiet socket's adverts arrived before what woke us: they go first.
+        self._catch_up()
         for item in self.transport.receive():
             if isinstance(item, packet.DecodeError):
                 self.stats.invalid[item.reason] += 1
@@ -869,10 +905,101 @@ class VrrpElection:
                 self._successor = dgram.src
                 self._handover.set()
             return
-        self._apply(
-            self.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs), now
-        )
+        self._last_rx_at = max(self._last_rx_at, now)
+        m = self.machine
+        self._apply(m.on_advert(now, dgram.src, advert.priority, advert.interval_cs), now)
         self._after_advert(dgram.src, now, advert.priority)
+        if (
+            self._quiet
+            and m.state is state.State.BACKUP
+            and m.master_ip == dgram.src
+            and m.last_advert_at == now
+            and advert.priority > 0
+            and dgram != self._followed
+        ):
+            # The master's advert restarted our down timer: its next ones, while unchanged,
+            # need not wake us (vrrp.transport, "Quiet following").
+            self._follow(dgram, advert, form)
+
+    # -- quiet following (vrrp.transport) --------------------------------------------------
+
+    def _follow(self, dgram: Datagram, advert: packet.Advert, form: str) -> None:
+        t = self.transport
+        if t is None or not t.can_follow:
+            return
+        try:
+            t.follow(dgram)
+            self._followed = dgram
+            self._followed_as = (advert, form)
+        except OSError as exc:
+            # Not fatal: every advert then wakes us, as without following.
+            self._quiet = False
+            self._followed = None
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "quiet following unavailable: every advert is read as it comes",
+                error=exc,
+            )
+            with contextlib.suppress(OSError):
+                t.follow(None)
+
+    def _unfollow(self) -> None:
+        if self._followed is None or self.transport is None:
+            return
+        self._followed = None
+        try:
+            self.transport.follow(None)
+        except OSError as exc:
+            self._quiet = False
+            vlog.event(self.log, logging.ERROR, "could not stop quiet following", error=exc)
+
+    def _catch_up(self) -> int:
+        """Handle the followed master's adverts queued on the quiet socket, oldest first,
+        each at its kernel receive time; how many there were.
+
+        Copies of the followed datagram were checked when it was followed, so they go to the
+        machine without being decoded again, and since a Backup's machine answers an advert
+        with no action, the driver's bookkeeping runs once per run of them. A datagram there
+        that is not a copy (one followed before, queued just before the filters changed) takes
+        the ordinary path."""
+        t = self.transport
+        if self._followed is None or t is None:
+            return 0
+        now = self.clock()
+        run: list[float] = []
+        handled = 0
+        for age, dgram in t.receive_quiet():
+            at = now - age
+            if at <= self._last_rx_at:
+                # Taken by both sockets while the filters changed: handled from the polled one.
+                continue
+            handled += 1
+            if dgram == self._followed:
+                run.append(at)
+                continue
+            self._copies(run)
+            run = []
+            self._on_datagram(dgram, at)
+        self._copies(run)
+        return handled
+
+    def _copies(self, arrivals: list[float]) -> None:
+        """The followed datagram received at each of ``arrivals`` (oldest first)."""
+        if not arrivals or self._followed is None or self._followed_as is None:
+            return
+        (advert, form), src, m = self._followed_as, self._followed.src, self.machine
+        actions: list[state.Action] = []
+        for at in arrivals:
+            actions += m.on_advert(at, src, advert.priority, advert.interval_cs)
+        last = arrivals[-1]
+        self._last_rx_at = last
+        self.stats.adverts_received += len(arrivals)
+        self.stats.checksum_forms[form] += len(arrivals)
+        metrics.VRRP_ADVERTS_RECEIVED.inc(len(arrivals))
+        self._saw_peer(src, last, advert.priority)
+        self._apply(actions, last)
+        self._after_advert(src, last, advert.priority)
 
     def _dropped(self, err: packet.DecodeError, src: IPAddress) -> None:
         """Count a dropped advert; say so at 1, 2, 4, 8, … of each reason.
@@ -1082,6 +1209,13 @@ class VrrpElection:
         """vipd_vrrp_master_advert_age_seconds, read by the HTTP thread when scraped."""
         if self.machine.state is state.State.ACTIVE:
             return 0.0
+        if self._followed is not None and self._loop is not None:
+            # The quiet socket holds the master's latest adverts: the loop reads them first.
+            if threading.get_ident() == self._loop_thread:
+                self._catch_up()
+            else:
+                with contextlib.suppress(Exception):
+                    on_loop(self._loop, self._catch_up, AGE_WAIT)
         master = self.machine.master_ip
         seen = self.peers.get(master) if master is not None else None
         return None if seen is None else max(0.0, self.clock() - seen[1])
@@ -1100,6 +1234,7 @@ class VrrpElection:
 
     def status(self, now: float) -> dict[str, Any]:
         """The VRRP part of /status (see vipd.endpoint.status for the shape)."""
+        self._catch_up()
         m = self.machine
         master: dict[str, Any] | None = None
         if m.master_ip is not None:
@@ -1109,10 +1244,10 @@ class VrrpElection:
                 "address": str(m.master_ip),
                 "priority": m.master_priority,
                 "self": leading,
-                "advert_age_s": None if seen is None else round(now - seen[1], 6),
+                "advert_age_s": None if seen is None else round(max(0.0, now - seen[1]), 6),
             }
         peers = [
-            {"address": str(a), "priority": p, "last_seen_s": round(now - t, 6)}
+            {"address": str(a), "priority": p, "last_seen_s": round(max(0.0, now - t), 6)}
             for a, (p, t) in sorted(self.peers.items(), key=lambda kv: kv[1][1], reverse=True)
         ]
         return {

@@ -12,6 +12,16 @@ takeover). One socket serves both directions; it is bound to the interface and, 
 joined to the group on that interface only (``IP_MULTICAST_ALL`` off), so adverts of other
 interfaces never reach it.
 
+Quiet following (IPv4): a Backup that follows a steady master need not wake for every one of
+its adverts, which are byte for byte the same (RFC 9568 §6.4.2 only restarts the down timer on
+them). ``follow`` gives the socket a classic BPF filter that keeps exactly that advert out, and
+a second socket ("quiet") the inverse filter that takes only it. The quiet socket is not polled:
+the driver reads it, with each datagram's kernel receive time (``SO_TIMESTAMPNS``), when its
+down timer is due or something else arrives. Anything different from the followed advert (a
+priority 0, another router, a TTL other than 255, a changed address list) still wakes the
+loop at once. IPv6 raw sockets do not show the IPv6 header to a filter (the source and the hop
+limit), so IPv6 is never followed quietly.
+
 Source address: set per packet with ``IP_PKTINFO`` / ``IPV6_PKTINFO`` rather than ``bind()``,
 because a raw IPv4 socket bound to an address only receives datagrams addressed to that
 address, which would hide the multicast adverts. The VRRPv3 IPv4 checksum covers the source,
@@ -20,10 +30,12 @@ so it must be the one we computed it with, never the kernel's choice.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import select
 import socket
 import struct
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
@@ -45,6 +57,21 @@ RECV_BURST = 256
 # 4 MiB holds a few thousand small datagrams (each costs ~1 KiB of skb overhead).
 RECV_BUFFER = 4 << 20
 SO_RCVBUFFORCE = 33
+SO_ATTACH_FILTER = 26
+SO_TIMESTAMPNS = 35  # also the control message's type (SCM_TIMESTAMPNS)
+_TIMESPEC = struct.Struct("@qq")
+# A drain of the quiet socket stops after this many datagrams (a replayed flood of the
+# followed advert), the rest wait for the next one.
+QUIET_BURST = 4096
+
+# Classic BPF (linux/filter.h): the few instructions the follow filters use.
+_LD_W, _LD_H, _LD_B = 0x20, 0x28, 0x30  # BPF_LD | size | BPF_ABS
+_AND_K = 0x54  # BPF_ALU | BPF_AND | BPF_K
+_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+_JA = 0x05  # BPF_JMP | BPF_JA
+_RET_K = 0x06  # BPF_RET | BPF_K
+_INSN = struct.Struct("@HBBI")  # struct sock_filter
+ACCEPT, REJECT = 0xFFFFFFFF, 0  # a filter's verdict: bytes to keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +82,59 @@ class Datagram:
     dst: IPAddress
     ttl: int
     message: bytes
+
+
+def follow_filter(src: IPv4Address, dst: IPv4Address, message: bytes, *, keep: bool) -> bytes:
+    """A classic BPF program over an IPv4 datagram (a raw socket's filter sees the IP header)
+    that matches exactly ``message`` from ``src`` to ``dst``: a 20-byte header, unfragmented,
+    TTL 255, protocol 112, and every byte of the VRRP message (its checksum among them). With
+    ``keep`` the match is accepted and the rest dropped (the quiet socket), else the reverse.
+    """
+    checks: list[tuple[int, int, int | None, int]] = [  # (load, offset, mask, value)
+        (_LD_B, 0, None, 0x45),
+        (_LD_H, 6, 0x3FFF, 0),  # no MF flag, no fragment offset
+        (_LD_H, 2, None, 20 + len(message)),
+        (_LD_B, 8, None, 255),
+        (_LD_B, 9, None, 112),
+        (_LD_W, 12, None, int.from_bytes(src.packed, "big")),
+        (_LD_W, 16, None, int.from_bytes(dst.packed, "big")),
+    ]
+    whole = len(message) - len(message) % 4
+    for at in range(0, whole, 4):
+        checks.append((_LD_W, 20 + at, None, int.from_bytes(message[at : at + 4], "big")))
+    for at in range(whole, len(message)):
+        checks.append((_LD_B, 20 + at, None, message[at]))
+    insns: list[tuple[int, int, int, int]] = []
+    jumps: list[int] = []  # the "ja mismatch" slots, patched below
+    for load, offset, mask, value in checks:
+        insns.append((load, 0, 0, offset))
+        if mask is not None:
+            insns.append((_AND_K, 0, 0, mask))
+        # Equal: skip the jump to the mismatch (8-bit conditional offsets would not reach it
+        # across a long address list; ja's offset is 32 bits).
+        insns.append((_JEQ_K, 1, 0, value))
+        jumps.append(len(insns))
+        insns.append((_JA, 0, 0, 0))
+    matched = len(insns)
+    insns.append((_RET_K, 0, 0, ACCEPT if keep else REJECT))
+    mismatch = len(insns)
+    insns.append((_RET_K, 0, 0, REJECT if keep else ACCEPT))
+    for at in jumps:
+        insns[at] = (_JA, 0, 0, mismatch - at - 1)
+    assert matched == mismatch - 1
+    return b"".join(_INSN.pack(*insn) for insn in insns)
+
+
+def verdict_filter(verdict: int) -> bytes:
+    """A program that returns ``verdict`` for every datagram (all kept, or none)."""
+    return _INSN.pack(_RET_K, 0, 0, verdict)
+
+
+def attach_filter(sock: socket.socket, program: bytes) -> None:
+    """SO_ATTACH_FILTER: replaces the socket's filter atomically (the kernel copies it)."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = struct.pack("@HL", len(program) // _INSN.size, ctypes.addressof(buf))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
 
 
 class Transport:
@@ -86,6 +166,11 @@ class Transport:
         self.sock = self._open()
         self._pktinfo = self._source_cmsg()
         self._addrs: dict[int, tuple[IPAddress, tuple[str, int] | tuple[str, int, int, int]]] = {}
+        # The quiet socket (IPv4, receiving sockets only), opened here: in the namespace and
+        # with the privileges of the polled one. It takes nothing until ``follow``.
+        self.quiet = self._open_quiet() if receive and not self.v6 else None
+        self.can_follow = self.quiet is not None
+        self.followed: Datagram | None = None
 
     def _open(self) -> socket.socket:
         family = socket.AF_INET6 if self.v6 else socket.AF_INET
@@ -142,9 +227,74 @@ class Transport:
         info = struct.pack("@i", self.ifindex) + self.source.packed + b"\x00\x00\x00\x00"
         return [(socket.IPPROTO_IP, IP_PKTINFO, info)]
 
+    def follow(self, dgram: Datagram | None) -> None:
+        """Take ``dgram``'s exact copies off the polled socket onto the quiet one (None: every
+        datagram back on the polled socket). The socket that gains a datagram's copies gets
+        its filter first: in between both take them (the driver drops the later duplicate by
+        its receive time), never neither."""
+        if not self.can_follow:
+            raise OSError(errno.EOPNOTSUPP, "quiet following is IPv4 only")
+        if dgram is None:
+            if self.followed is not None:
+                attach_filter(self.sock, verdict_filter(ACCEPT))
+                if self.quiet is not None:
+                    attach_filter(self.quiet, verdict_filter(REJECT))
+            self.followed = None
+            return
+        assert isinstance(dgram.src, IPv4Address) and isinstance(dgram.dst, IPv4Address)
+        assert self.quiet is not None
+        attach_filter(self.quiet, follow_filter(dgram.src, dgram.dst, dgram.message, keep=True))
+        attach_filter(self.sock, follow_filter(dgram.src, dgram.dst, dgram.message, keep=False))
+        self.followed = dgram
+
+    def _open_quiet(self) -> socket.socket | None:
+        sock = self._open()
+        try:
+            attach_filter(sock, verdict_filter(REJECT))
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            # What queued before the filter went on is not the followed advert.
+            while True:
+                try:
+                    sock.recv(MAX_DATAGRAM)
+                except (BlockingIOError, InterruptedError):
+                    break
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def receive_quiet(self) -> list[tuple[float, Datagram]]:
+        """The followed advert's copies received since the last call, oldest first, each with
+        its age in seconds (now minus the kernel's receive time, never negative)."""
+        out: list[tuple[float | None, Datagram]] = []
+        if self.quiet is None:
+            return []
+        space = socket.CMSG_SPACE(_TIMESPEC.size)
+        for _ in range(QUIET_BURST):
+            try:
+                data, ancdata, _flags, _addr = self.quiet.recvmsg(MAX_DATAGRAM, space)
+            except (BlockingIOError, InterruptedError):
+                break
+            stamp: float | None = None
+            for level, kind, value in ancdata:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = _TIMESPEC.unpack_from(value)
+                    stamp = sec + nsec / 1e9
+            try:
+                src, dst, ttl, payload = parse_ipv4(data)
+            except DecodeError:
+                continue  # the filter took only well-formed copies of one datagram
+            out.append((stamp, Datagram(src, dst, ttl, payload)))
+        wall = time.time()
+        return [(0.0 if at is None else max(0.0, wall - at), d) for at, d in out]
+
     def wait_readable(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds for a datagram; True if one is waiting."""
-        readable, _, _ = select.select([self.sock.fileno()], [], [], timeout)
+        """Block up to ``timeout`` seconds for a datagram (on either socket); True if one is
+        waiting."""
+        fds = [self.sock.fileno()]
+        if self.quiet is not None:
+            fds.append(self.quiet.fileno())
+        readable, _, _ = select.select(fds, [], [], timeout)
         return bool(readable)
 
     def fileno(self) -> int:
@@ -208,3 +358,5 @@ class Transport:
 
     def close(self) -> None:
         self.sock.close()
+        if self.quiet is not None:
+            self.quiet.close()

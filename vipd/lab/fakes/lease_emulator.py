@@ -40,9 +40,7 @@ by calling methods, not over the network.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import os
 import random
 import re
 import secrets
@@ -59,6 +57,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from vipd.lab.nsthread import in_netns
 from vipd.lab.pki import make_cert
 
 GROUP = "coordination.k8s.io"
@@ -67,7 +66,6 @@ _ITEM = re.compile(rf"^{re.escape(API)}/namespaces/([a-z0-9-]{{1,63}})/leases/([
 _COLLECTION = re.compile(rf"^{re.escape(API)}/namespaces/([a-z0-9-]{{1,63}})/leases$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _MICROTIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
-CLONE_NEWNET = 0x40000000
 
 
 def _now_rfc3339() -> str:
@@ -328,27 +326,7 @@ def serve_in_netns(emulator: Emulator, netns: str) -> None:
     (setns(2) changes only the calling thread's namespace); a socket stays in the namespace it
     was created in, so the accepting thread can live anywhere.
     """
-    errors: list[BaseException] = []
-
-    def enter_and_bind() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-            try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns({netns}): {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            emulator._server = _make_server(emulator)
-        except BaseException as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=enter_and_bind, name=f"netns-{netns}")
-    t.start()
-    t.join()
-    if errors:
-        raise errors[0]
+    emulator._server = in_netns(netns, lambda: _make_server(emulator))
     assert emulator._server is not None
     emulator._thread = threading.Thread(
         target=emulator._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
