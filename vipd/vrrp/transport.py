@@ -115,13 +115,11 @@ def follow_filter(src: IPv4Address, dst: IPv4Address, message: bytes, *, keep: b
         insns.append((_JEQ_K, 1, 0, value))
         jumps.append(len(insns))
         insns.append((_JA, 0, 0, 0))
-    matched = len(insns)
-    insns.append((_RET_K, 0, 0, ACCEPT if keep else REJECT))
+    insns.append((_RET_K, 0, 0, ACCEPT if keep else REJECT))  # every check held
     mismatch = len(insns)
     insns.append((_RET_K, 0, 0, REJECT if keep else ACCEPT))
     for at in jumps:
         insns[at] = (_JA, 0, 0, mismatch - at - 1)
-    assert matched == mismatch - 1
     return b"".join(_INSN.pack(*insn) for insn in insns)
 
 
