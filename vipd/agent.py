@@ -702,7 +702,14 @@ class Agent:
             self._link_changed.set()  # whatever changed since preflight's snapshot
             self.health = self._start_health()
             for inst, controller in zip(self.instances, controllers, strict=True):
-                inst.election.attach(Host(controller, self.health, self._usable))
+                inst.election.attach(
+                    Host(
+                        controller,
+                        self.health,
+                        self._usable,
+                        None if self.endpoint is None else self.endpoint.offer_beat,
+                    )
+                )
             if self.cfg.track:
                 self.tracks = TrackChecker(
                     self.cfg.track, lambda a: self._guarded(self._on_track, a), log=self.log

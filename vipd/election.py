@@ -103,6 +103,9 @@ class Host:
     controller: Controller
     health: HealthChecker | None
     link_up: bool  # the configured interface is usable now (later changes come as on_link)
+    # Offered the lag of each loop timer the backend runs (`Endpoint.offer_beat`): the
+    # heartbeat needs no wake-up of its own while the backend's timers run often enough.
+    beat: Callable[[float], None] | None = None
 
 
 Publish = Callable[[Transition], None]

@@ -126,7 +126,7 @@ READY = Gauge(
 
 LOOP_HEARTBEAT_AGE = Gauge(
     "vipd_event_loop_heartbeat_age_seconds",
-    "Seconds since the event loop last ran its heartbeat (it beats every 0.5 s), read when "
+    "Seconds since the event loop last ran its heartbeat (at least every 0.5 s), read when "
     "scraped. Up to 0.5 is healthy; above 2 (HEALTHZ_MAX_AGE) /healthz answers 503: "
     "the loop that sends adverts is blocked.",
     registry=REGISTRY,
@@ -134,8 +134,9 @@ LOOP_HEARTBEAT_AGE = Gauge(
 
 LOOP_LAG = Histogram(
     "vipd_event_loop_lag_seconds",
-    "How late the event loop woke the heartbeat, against when it asked to be woken. A few "
-    "milliseconds is normal; lag near the advert interval delays adverts and takeovers.",
+    "How late the event loop ran the timer that gave each heartbeat (the heartbeat's own, "
+    "or a VRRP timer that beat for it), against when it asked to run. A few milliseconds "
+    "is normal; lag near the advert interval delays adverts and takeovers.",
     buckets=_LOOP_LAG_BUCKETS,
     registry=REGISTRY,
 )

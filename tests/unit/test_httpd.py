@@ -9,6 +9,7 @@ rely on is the documented threshold (2 s), with the block lasting well past it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import socket
@@ -17,7 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -411,3 +412,113 @@ def test_a_quiet_connection_is_closed_after_the_idle_timeout(
         first = client.recv(65536)
         assert first.startswith(b"HTTP/1.1 200 OK")
         assert client.recv(65536) == b""  # closed by the server, well before our 10 s
+
+
+# -- the heartbeat and the beats other timers give ------------------------------------------
+
+
+def _lag() -> tuple[float, float]:
+    get = metrics.REGISTRY.get_sample_value
+    return (
+        get("vipd_event_loop_lag_seconds_count") or 0.0,
+        get("vipd_event_loop_lag_seconds_sum") or 0.0,
+    )
+
+
+def _run_heart(
+    ep: httpd.Endpoint,
+    body: Callable[[list[float], list[float]], Awaitable[None]],
+) -> tuple[list[float], list[float]]:
+    """Run the heartbeat while ``body(beats, fired)`` runs: every beat's time, and the times
+    the heartbeat's own timer fired."""
+    beats: list[float] = []
+    fired: list[float] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        own = ep._heart_fired
+
+        def counted() -> None:
+            fired.append(time.monotonic())
+            own()
+
+        ep._heart_fired = counted  # type: ignore[method-assign]
+        heart = loop.create_task(ep.heartbeat(beats.append))
+        await asyncio.sleep(0)  # the heartbeat arms its timer
+        try:
+            await body(beats, fired)
+        finally:
+            heart.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await heart
+
+    asyncio.run(main())
+    return beats, fired
+
+
+def test_the_heartbeat_beats_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(httpd, "HEARTBEAT_INTERVAL", 0.05)
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    try:
+        before = _lag()
+
+        async def idle(beats: list[float], fired: list[float]) -> None:
+            while len(beats) < 4:
+                await asyncio.sleep(0.01)
+
+        beats, fired = _run_heart(ep, idle)
+    finally:
+        ep.close()
+    assert len(fired) >= 4 and beats[:4] == pytest.approx(fired[:4], abs=0.001)
+    assert all(b - a >= 0.05 - 0.002 for a, b in itertools.pairwise(beats))
+    assert _lag()[0] - before[0] >= 4
+
+
+def test_a_timer_near_the_beat_beats_for_it_and_the_heartbeat_stays_asleep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loop timer every 0.6 interval (as a VRRP backup's down timer is, against the 0.5 s
+    heartbeat): every second one beats, with the lag it was offered, and the heartbeat's own
+    timer never fires; the beat's age stays under one interval."""
+    interval = 0.1
+    monkeypatch.setattr(httpd, "HEARTBEAT_INTERVAL", interval)
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    ages: list[float] = []
+    try:
+        before = _lag()
+
+        async def timers(beats: list[float], fired: list[float]) -> None:
+            for _ in range(12):
+                await asyncio.sleep(0.6 * interval)
+                ages.append(ep.heartbeat_age())
+                ep.offer_beat(0.003)
+
+        beats, fired = _run_heart(ep, timers)
+    finally:
+        ep.close()
+    assert fired == []
+    assert len(beats) >= 5
+    assert max(ages) < interval
+    count, total = _lag()
+    assert count - before[0] == len(beats)
+    assert total - before[1] == pytest.approx(0.003 * len(beats))
+
+
+def test_a_timer_far_from_the_beat_leaves_it_to_the_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(httpd, "HEARTBEAT_INTERVAL", 0.2)
+    ep = httpd.Endpoint.bind("127.0.0.1:0")
+    try:
+        ep.offer_beat(0.0)  # no heartbeat yet: nothing to stand in for
+
+        async def early(beats: list[float], fired: list[float]) -> None:
+            ep.offer_beat(0.0)  # just armed: 0.2 s away, more than half an interval
+            assert beats == []
+            while not fired:
+                await asyncio.sleep(0.01)
+
+        beats, fired = _run_heart(ep, early)
+    finally:
+        ep.close()
+    assert beats[0] == pytest.approx(fired[0], abs=0.001)

@@ -22,6 +22,7 @@ import pytest
 from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert
 from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
+from vipd.endpoint.server import Endpoint
 from vipd.preflight import HostLink, Preflight
 from vipd.vrrp import packet, state
 from vipd.vrrp.driver import (
@@ -38,7 +39,7 @@ PEER = "10.0.0.12"
 
 
 class Node:
-    def __init__(self, priority: int = 100) -> None:
+    def __init__(self, priority: int = 100, endpoint: Endpoint | None = None) -> None:
         self.cfg = config.parse(
             {
                 "node": "n1",
@@ -70,6 +71,7 @@ class Node:
             self.cfg,
             self.pre,
             self.election,
+            endpoint,
             actuators=self.host.actuators,
             watch_link=self.host.watch_link,
         )
@@ -133,6 +135,32 @@ def test_takeover_sends_the_advert_then_binds_then_announces() -> None:
         await n.stopped()
 
     run(scenario)
+
+
+def test_every_timer_the_driver_runs_is_offered_to_the_heartbeat_with_its_lag() -> None:
+    """The agent lends the endpoint's offer_beat to the election: each VRRP timer run, the
+    down timer's and the advert tick's, is offered with how late it ran."""
+    ep = Endpoint.bind("127.0.0.1:0")
+    offers: list[float] = []
+    ep.offer_beat = offers.append  # type: ignore[method-assign,assignment]
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert offers == [0.0]  # the down timer, run at its (TIMER_SLACK early) time
+        due = n.timers.next_due()
+        assert due is not None
+        n.timers.fire_next_at(due + 0.004)  # a tick the loop ran 4 ms late
+        assert offers[1:] == [pytest.approx(0.004)]
+        n.timers.fire_next()
+        assert offers[2:] == [0.0]
+        n.stop.set()
+        await n.stopped()
+
+    try:
+        run(scenario, endpoint=ep)
+    finally:
+        ep.close()
 
 
 def test_an_active_woken_late_reads_first_and_announces_before_it_advertises() -> None:

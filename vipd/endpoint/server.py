@@ -10,9 +10,10 @@ process that serves four fixed paths.
 
 - ``/metrics``: Prometheus text exposition of ``vipd.metrics.REGISTRY`` (OpenMetrics when the
   scraper asks for it).
-- ``/healthz``: 200 ``ok`` while the event loop's heartbeat (every ``HEARTBEAT_INTERVAL`` s)
-  is at most ``HEALTHZ_MAX_AGE`` s old; else 503 with the age. A liveness probe: restart a
-  vipd whose loop is stuck. (A process that is stopped or gone does not answer at all.)
+- ``/healthz``: 200 ``ok`` while the event loop's heartbeat (at least every
+  ``HEARTBEAT_INTERVAL`` s) is at most ``HEALTHZ_MAX_AGE`` s old; else 503 with the age. A
+  liveness probe: restart a vipd whose loop is stuck. (A process that is stopped or gone does
+  not answer at all.)
 - ``/readyz``: 200 ``ready`` while the node takes part in the election (config loaded,
   sockets open, interface up, adverts going out); else 503 with the reason. Also 503 when the
   loop is not healthy: a node whose loop is stuck takes part in nothing.
@@ -20,6 +21,14 @@ process that serves four fixed paths.
   Built when asked, not on a timer: the HTTP thread asks the loop for it (`Endpoint.attach`)
   and waits up to ``STATUS_WAIT`` s; a loop too busy to answer in time gets the last document
   built instead (the verdicts in it are fresh either way).
+
+The heartbeat is a loop timer every ``HEARTBEAT_INTERVAL`` s, but any other timer of the loop
+that runs when the heartbeat is less than half an interval away beats in its place
+(`Endpoint.offer_beat`; the VRRP driver offers every timer it runs) and pushes the
+heartbeat's own timer a whole interval on. A VRRP Backup that wakes every few hundred
+milliseconds for its down timer, or a Master for its adverts, then pays no wake-up for the
+heartbeat; the beat's age still never exceeds one interval on a live loop, and a loop that is
+stuck beats nowhere.
 
 The accepting thread sleeps in ``select`` on the listening socket and a wake-up pipe, with no
 timeout: an idle endpoint costs no wake-ups. A connection's thread reads requests until the
@@ -116,6 +125,12 @@ class Endpoint:
         self.sock = sock
         self.listen = listen
         self.last_beat = time.monotonic()
+        # The heartbeat's timer (`heartbeat`): its handle, when it is due, and what it calls.
+        self._heart: asyncio.TimerHandle | None = None
+        self._heart_loop: asyncio.AbstractEventLoop | None = None
+        self._heart_due = 0.0
+        self._on_beat: Callable[[float], None] | None = None
+        self._watchdog: sdnotify.Watchdog | None = None
         self.ready = False
         self.not_ready_reason = "starting"
         self._status: Mapping[str, Any] = {"ready": False, "ready_reason": "starting"}
@@ -242,24 +257,58 @@ class Endpoint:
         self.last_beat = now
 
     async def heartbeat(self, on_beat: Callable[[float], None] | None = None) -> None:
-        """Beat every HEARTBEAT_INTERVAL until cancelled, measuring how late the loop woke
-        us (vipd_event_loop_lag_seconds); ``on_beat(now)`` republishes the status. Under a
-        unit with ``WatchdogSec=`` each beat also feeds systemd's watchdog: the loop that
-        stops beating (and fails /healthz) is the one systemd restarts."""
-        from asyncio import sleep
+        """Beat at least every HEARTBEAT_INTERVAL until cancelled (see the module docstring
+        for the beats other timers give). Each beat records how late the loop ran the timer
+        that gave it (vipd_event_loop_lag_seconds) and calls ``on_beat(now)``, which
+        republishes the readiness. Under a unit with ``WatchdogSec=`` each beat also feeds
+        systemd's watchdog: the loop that stops beating (and fails /healthz) is the one
+        systemd restarts."""
+        import asyncio
 
+        loop = asyncio.get_running_loop()
+        self._on_beat = on_beat
+        self._watchdog = sdnotify.Watchdog.from_env()
+        self._heart_loop = loop
+        self._arm_heart(time.monotonic() + HEARTBEAT_INTERVAL)
+        try:
+            await loop.create_future()  # the beats run from the timer, until cancelled
+        finally:
+            if self._heart is not None:
+                self._heart.cancel()
+            self._heart = self._heart_loop = None
+
+    def offer_beat(self, lag: float) -> None:
+        """A timer of the loop has just run, ``lag`` s after the time it was set for: it
+        beats for the heartbeat if the heartbeat's own timer is due within half an
+        interval. Called on the loop; costs a clock read and a comparison otherwise."""
+        if self._heart is None:
+            return
+        now = time.monotonic()
+        if self._heart_due - now <= HEARTBEAT_INTERVAL / 2:
+            self._heart.cancel()
+            self._beat(now, lag)
+
+    def _arm_heart(self, due: float) -> None:
+        assert self._heart_loop is not None
+        self._heart_due = due
+        self._heart = self._heart_loop.call_later(
+            max(0.0, due - time.monotonic()), self._heart_fired
+        )
+
+    def _heart_fired(self) -> None:
+        now = time.monotonic()
+        self._beat(now, now - self._heart_due)
+
+    def _beat(self, now: float, lag: float) -> None:
         from vipd import metrics
 
-        watchdog = sdnotify.Watchdog.from_env()
-        while True:
-            asked = time.monotonic() + HEARTBEAT_INTERVAL
-            await sleep(HEARTBEAT_INTERVAL)
-            now = time.monotonic()
-            metrics.LOOP_LAG.observe(max(0.0, now - asked))
-            self.beat(now)
-            watchdog.ping(now)
-            if on_beat is not None:
-                on_beat(now)
+        metrics.LOOP_LAG.observe(max(0.0, lag))
+        self.beat(now)
+        self._arm_heart(now + HEARTBEAT_INTERVAL)
+        if self._watchdog is not None:
+            self._watchdog.ping(now)
+        if self._on_beat is not None:
+            self._on_beat(now)
 
     def attach(
         self, loop: asyncio.AbstractEventLoop, build: Callable[[], Mapping[str, Any]]

@@ -210,6 +210,8 @@ class VrrpElection:
         )
         self._encoded: dict[int, list[tuple[bytes, IPAddress]]] = {}
         self._timer: Timer | None = None
+        self._timer_at = 0.0  # when _timer was set for (its lag is offered as a heartbeat)
+        self._offer_beat: Callable[[float], None] | None = None
         self._fatal: asyncio.Future[None] | None = None
         # The loop of run(): asyncio.get_running_loop() checks the process id with a
         # getpid() system call, once per advert sent or heard if asked every time.
@@ -316,6 +318,7 @@ class VrrpElection:
         self.controller = host.controller
         self.health = host.health
         self.link_up = host.link_up
+        self._offer_beat = host.beat
         h = self.cfg.health
         if self.health is None or h is None:
             return
@@ -788,7 +791,10 @@ class VrrpElection:
         # is the takeover itself, so it is armed a little early and finished precisely
         # in _on_timer; the Active's advert timer needs no such care.
         early = TIMER_SLACK if self.machine.state is state.State.BACKUP else 0.0
-        self._timer = self._later(max(0.0, deadline - self.clock() - early), self._on_timer)
+        now = self.clock()
+        delay = max(0.0, deadline - now - early)
+        self._timer_at = now + delay
+        self._timer = self._later(delay, self._on_timer)
 
     def _later(self, delay: float, fn: Callable[[], None]) -> Timer:
         """``fn`` on the loop ``delay`` seconds from now (the fake timers in the unit tests)."""
@@ -809,6 +815,8 @@ class VrrpElection:
 
     def _on_timer(self) -> None:
         self._timer = None
+        if self._offer_beat is not None:
+            self._offer_beat(self.clock() - self._timer_at)
         m = self.machine
         if m.state is state.State.BACKUP and self._catch_up():
             # The followed master's adverts since the last look, each at its receive time:
