@@ -13,6 +13,10 @@ alike. In each block, once the cluster has converged and settled:
 - **CPU**: time on CPU (ns, ``/proc/PID/schedstat``, the daemon's whole process tree: keepalived
   runs a parent and a VRRP child) over a fixed ``--seconds`` window, in % of one core, per node
   (the master sends the adverts, the backups receive them);
+- **wake-ups**: the tree's context switches (``/proc/PID/task/*/status``, voluntary and
+  involuntary, every thread) over the same window, a second: where the CPU goes in a daemon
+  that does little per wake-up (a thread that ends in the window takes its counts with it;
+  in the steady state none does);
 - **memory**: VmRSS, and from ``/proc/PID/smaps_rollup`` PSS and USS (private clean + dirty),
   summed over the tree, the median of one sample a second over the same window;
 - **start to Backup**: the lowest-priority node is stopped (SIGTERM) and started again
@@ -91,6 +95,20 @@ def run_ns(pid: int) -> int | None:
         return None
 
 
+def switches(pid: int) -> int | None:
+    """Context switches of all of a process's threads (voluntary + involuntary): how often
+    it went to sleep or was put off the CPU, so about how often it was woken; None if gone."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                    total += int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return total
+
+
 def memory_kib(pid: int) -> dict[str, int] | None:
     """RSS, PSS and USS (private clean + private dirty) of one process, in KiB."""
     try:
@@ -150,6 +168,7 @@ def sample(lab: Lab, fleet: Fleet, top: str, seconds: float) -> dict[str, Any]:
         trees[name] = tree(daemon.pid)
     tx0 = tx_packets(lab, top, fleet.spec.interface)
     ns0 = {n: [run_ns(p) for p in pids] for n, pids in trees.items()}
+    sw0 = {n: [switches(p) for p in pids] for n, pids in trees.items()}
     t0 = time.monotonic()
     mem: dict[str, list[dict[str, int]]] = {n: [] for n in trees}
     end = t0 + seconds
@@ -162,6 +181,7 @@ def sample(lab: Lab, fleet: Fleet, top: str, seconds: float) -> dict[str, Any]:
             break
         time.sleep(min(1.0, end - now))
     ns1 = {n: [run_ns(p) for p in pids] for n, pids in trees.items()}
+    sw1 = {n: [switches(p) for p in pids] for n, pids in trees.items()}
     elapsed = time.monotonic() - t0
     sent = tx_packets(lab, top, fleet.spec.interface) - tx0
     nodes: dict[str, Any] = {}
@@ -169,11 +189,15 @@ def sample(lab: Lab, fleet: Fleet, top: str, seconds: float) -> dict[str, Any]:
         used = sum(
             b - a for a, b in zip(ns0[n], ns1[n], strict=True) if a is not None and b is not None
         )
+        woke = sum(
+            b - a for a, b in zip(sw0[n], sw1[n], strict=True) if a is not None and b is not None
+        )
         nodes[n] = {
             "role": "master" if n == top else "backup",
             "processes": len(pids),
             "run_ns": used,
             "cpu_pct": round(100.0 * used / 1e9 / elapsed, 4),
+            "switches_per_s": round(woke / elapsed, 2),
             **{
                 f"{k}_mib": round(statistics.median(s[k] for s in mem[n]) / 1024, 2)
                 for k in ("rss", "pss", "uss")
@@ -317,6 +341,12 @@ def summarise(
                     ]
                 ),
                 "backup_cpu_pct": _median([n["cpu_pct"] for n in backup]),
+                "master_switches_per_s": _median(
+                    [n["switches_per_s"] for n in master if "switches_per_s" in n]
+                ),
+                "backup_switches_per_s": _median(
+                    [n["switches_per_s"] for n in backup if "switches_per_s" in n]
+                ),
                 "node_cpu_pct": _median([n["cpu_pct"] for n in nodes]),
                 "rss_mib": _median([n["rss_mib"] for n in nodes]),
                 "pss_mib": _median([n["pss_mib"] for n in nodes]),
@@ -354,11 +384,13 @@ def render(doc: dict[str, Any]) -> str:
         f"(vipd, keepalived, keepalived, vipd), {doc['seconds']:g} s CPU window, "
         f"{doc['restarts']} restarts of the lowest-priority node per block. Medians over "
         "nodes and blocks; CPU in % of one core (schedstat, the daemon's process tree); "
-        "memory summed over the tree.",
+        "switches: the tree's context switches a second (every thread's, voluntary and not: "
+        "about its wake-ups); memory summed over the tree.",
         "",
         "| advert | daemon | master CPU % | master µs per advert (adverts/s) | backup CPU % "
-        "| RSS MiB | PSS MiB | USS MiB | start → Backup s (max) | processes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| switches/s master, backup | RSS MiB | PSS MiB | USS MiB | start → Backup s (max) "
+        "| processes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     kinds = tuple(doc.get("kinds", KINDS))
     for row in doc["summary"]:
@@ -367,7 +399,10 @@ def render(doc: dict[str, Any]) -> str:
             lines.append(
                 f"| {row['advert']:g} s | {kind} | {_f(d['master_cpu_pct'], 3)} "
                 f"| {_f(d.get('master_us_per_advert'), 1)} ({_f(d.get('adverts_per_s'), 1)}) "
-                f"| {_f(d['backup_cpu_pct'], 3)} | {_f(d['rss_mib'], 1)} | {_f(d['pss_mib'], 1)} "
+                f"| {_f(d['backup_cpu_pct'], 3)} "
+                f"| {_f(d.get('master_switches_per_s'), 1)}, "
+                f"{_f(d.get('backup_switches_per_s'), 1)} "
+                f"| {_f(d['rss_mib'], 1)} | {_f(d['pss_mib'], 1)} "
                 f"| {_f(d['uss_mib'], 1)} | {_f(d['start_to_backup_s'], 3)} "
                 f"({_f(d['start_to_backup_max_s'], 3)}) | {d['processes']} |"
             )

@@ -19,6 +19,7 @@ def _node(role: str, run_ns: int, sent: int | None = None) -> dict[str, Any]:
         "pss_mib": 10.0,
         "uss_mib": 8.0,
         "samples": 10,
+        "switches_per_s": 12.0 if role == "master" else 4.0,
     }
     if sent is not None:
         node["sent"] = sent
@@ -69,5 +70,33 @@ def test_the_master_is_also_compared_per_advert_when_the_rates_differ() -> None:
         "runs": blocks,
     }
     text = footprint.render(doc)
-    assert "| 0.01 s | vipd | 2.200 | 200.0 (110.0) |" in text
+    assert "| 0.01 s | vipd | 2.200 | 200.0 (110.0) | 0.100 | 12.0, 4.0 |" in text
     assert "| 0.01 s | 2.20 | 2.00 |" in text
+
+
+def test_switches_count_every_threads_wake_ups() -> None:
+    """A thread of this process that sleeps and wakes 20 times adds at least 20 switches
+    (counted while it lives: an ended thread's counts leave /proc with it)."""
+    import os
+    import threading
+    import time
+
+    napped, done = threading.Event(), threading.Event()
+    before: list[int | None] = []
+
+    def nap() -> None:
+        before.append(footprint.switches(os.getpid()))
+        for _ in range(20):
+            time.sleep(0.001)
+        napped.set()
+        done.wait()
+
+    t = threading.Thread(target=nap)
+    t.start()
+    napped.wait()
+    after = footprint.switches(os.getpid())
+    done.set()
+    t.join()
+    (start,) = before
+    assert start is not None and after is not None and after - start >= 20
+    assert footprint.switches(2**22 + 7) is None  # no such process
