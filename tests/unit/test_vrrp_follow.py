@@ -14,8 +14,11 @@ the quiet one, everything else the polled one.
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
+import time
 from ipaddress import IPv4Address
+from typing import Any
 
 import pytest
 
@@ -24,7 +27,7 @@ from tests.unit.test_vrrp_driver import PEER, Node, run, until
 from vipd import config, metrics
 from vipd.vrrp import packet, state
 from vipd.vrrp.driver import TIMER_SLACK
-from vipd.vrrp.transport import follow_filter, verdict_filter
+from vipd.vrrp.transport import SO_TIMESTAMPNS, Datagram, Transport, follow_filter, verdict_filter
 
 
 def _wire(n: Node) -> FakeWire:
@@ -289,3 +292,70 @@ def test_a_formerly_followed_advert_on_the_quiet_socket_takes_the_ordinary_path(
         await n.stopped()
 
     run(scenario)
+
+
+class _QueuedSocket:
+    """A raw socket's receive side: queued IPv4 frames, each with its SO_TIMESTAMPNS."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[bytes, float]] = []
+        self.filters = 0
+
+    def setsockopt(self, *args: object) -> None:
+        self.filters += 1
+
+    def recvmsg(
+        self, size: int, space: int
+    ) -> tuple[bytes, list[tuple[int, int, bytes]], int, Any]:
+        if not self.frames:
+            raise BlockingIOError
+        data, at = self.frames.pop(0)
+        sec, nsec = int(at), int((at - int(at)) * 1e9)
+        stamp = (socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("@qq", sec, nsec))
+        return data, [stamp], 0, (str(SRC), 0)
+
+
+class _QuietTransport(Transport):
+    def _open(self) -> socket.socket:
+        return _QueuedSocket()  # type: ignore[return-value]
+
+    def _open_quiet(self) -> socket.socket | None:
+        return _QueuedSocket()  # type: ignore[return-value]
+
+
+def test_the_quiet_socket_hands_back_the_followed_datagram_itself_for_each_copy() -> None:
+    """A copy (any IP ID and header checksum) is the followed Datagram object, not parsed
+    again; a datagram that differs (queued from an earlier following) is parsed as before,
+    and so is every datagram once the following ends. Each comes with its age."""
+    msg = packet.encode(
+        packet.Advert(version=3, vrid=51, priority=200, interval_cs=100, addresses=(SRC,)),
+        SRC,
+        DST,
+    )
+    older = packet.encode(
+        packet.Advert(version=3, vrid=51, priority=150, interval_cs=100, addresses=(SRC,)),
+        SRC,
+        DST,
+    )
+    t = _QuietTransport(ifname="eth0", ifindex=2, source=IPv4Address("10.0.0.11"))
+    quiet: _QueuedSocket = t.quiet  # type: ignore[assignment]
+    followed = Datagram(SRC, DST, 255, msg)
+    t.follow(followed)
+    now = time.time()
+    other_id = bytearray(_ipv4(msg))
+    other_id[4:6] = b"\x12\x34"  # the IP ID, as each of the master's adverts has its own
+    quiet.frames = [
+        (_ipv4(older), now - 0.3),
+        (_ipv4(msg), now - 0.2),
+        (bytes(other_id), now - 0.1),
+        (_ipv4(msg, ttl=254), now - 0.05),
+    ]
+    got = t.receive_quiet()
+    assert [d is followed for _, d in got] == [False, True, True, False]
+    assert got[0][1] == Datagram(SRC, DST, 255, older)
+    assert got[3][1] == Datagram(SRC, DST, 254, msg)
+    assert [age for age, _ in got] == pytest.approx([0.3, 0.2, 0.1, 0.05], abs=0.05)
+    t.follow(None)
+    quiet.frames = [(_ipv4(msg), now)]
+    ((_, d),) = t.receive_quiet()
+    assert d == followed and d is not followed

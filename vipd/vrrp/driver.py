@@ -983,7 +983,7 @@ class VrrpElection:
                 # Taken by both sockets while the filters changed: handled from the polled one.
                 continue
             handled += 1
-            if dgram == self._followed:
+            if dgram is self._followed or dgram == self._followed:
                 run.append(at)
                 continue
             self._copies(run)

@@ -171,6 +171,7 @@ class Transport:
         self.quiet = self._open_quiet() if receive and not self.v6 else None
         self.can_follow = self.quiet is not None
         self.followed: Datagram | None = None
+        self._copy_addrs = b""  # the followed datagram's source and destination, packed
 
     def _open(self) -> socket.socket:
         family = socket.AF_INET6 if self.v6 else socket.AF_INET
@@ -246,6 +247,9 @@ class Transport:
         attach_filter(self.quiet, follow_filter(dgram.src, dgram.dst, dgram.message, keep=True))
         attach_filter(self.sock, follow_filter(dgram.src, dgram.dst, dgram.message, keep=False))
         self.followed = dgram
+        # receive_quiet knows a copy by the bytes the filter checked (the header's version
+        # and length, TTL, protocol and addresses, then the whole message).
+        self._copy_addrs = dgram.src.packed + dgram.dst.packed
 
     def _open_quiet(self) -> socket.socket | None:
         sock = self._open()
@@ -280,6 +284,19 @@ class Transport:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
                     sec, nsec = _TIMESPEC.unpack_from(value)
                     stamp = sec + nsec / 1e9
+            followed = self.followed
+            if (
+                followed is not None
+                and data[0] == 0x45
+                and data[8] == 255
+                and data[9] == VRRP_PROTO
+                and data[12:20] == self._copy_addrs
+                and data[20:] == followed.message
+            ):
+                # A copy of the followed datagram (the filter let nothing else through while
+                # it was followed): that datagram itself, without parsing it again.
+                out.append((stamp, followed))
+                continue
             try:
                 src, dst, ttl, payload = parse_ipv4(data)
             except DecodeError:
