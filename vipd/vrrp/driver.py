@@ -815,8 +815,15 @@ class VrrpElection:
 
     def _on_timer(self) -> None:
         self._timer = None
-        if self._offer_beat is not None:
-            self._offer_beat(self.clock() - self._timer_at)
+        lag = self.clock() - self._timer_at
+        try:
+            self._timer_due()
+        finally:
+            # After the advert or the takeover, not before: the heartbeat can wait.
+            if self._offer_beat is not None:
+                self._offer_beat(lag)
+
+    def _timer_due(self) -> None:
         m = self.machine
         if m.state is state.State.BACKUP and self._catch_up():
             # The followed master's adverts since the last look, each at its receive time:
