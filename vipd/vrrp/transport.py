@@ -274,6 +274,7 @@ class Transport:
         if self.quiet is None:
             return []
         space = socket.CMSG_SPACE(_TIMESPEC.size)
+        followed = self.followed
         for _ in range(QUIET_BURST):
             try:
                 data, ancdata, _flags, _addr = self.quiet.recvmsg(MAX_DATAGRAM, space)
@@ -284,7 +285,6 @@ class Transport:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
                     sec, nsec = _TIMESPEC.unpack_from(value)
                     stamp = sec + nsec / 1e9
-            followed = self.followed
             if (
                 followed is not None
                 and data[0] == 0x45
