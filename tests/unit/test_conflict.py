@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 from ipaddress import IPv4Address, IPv6Address
 
@@ -89,3 +90,32 @@ def test_format_mac_and_bad_input() -> None:
     assert format_mac(OTHER) == "02:00:00:00:00:ff"
     with pytest.raises(ValueError):
         probe_frame(b"\x00", VIP4)
+
+
+def test_a_watch_socket_takes_its_protocol_at_bind_not_at_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Opened with its protocol, a packet socket takes every interface's frames until bind,
+    and the bind then waits out an RCU grace period; opened with 0 it takes none until bind
+    names both."""
+    from vipd.host import arpwatch
+
+    calls: list[tuple[str, object]] = []
+
+    class Recorder:
+        def __init__(self, family: int, kind: int, proto: int) -> None:
+            calls.append(("open", (family, kind, proto)))
+
+        def bind(self, addr: object) -> None:
+            calls.append(("bind", addr))
+
+        def setblocking(self, flag: bool) -> None:
+            calls.append(("setblocking", flag))
+
+    monkeypatch.setattr(socket, "socket", Recorder)  # the module arpwatch opens it from
+    arpwatch._open("eth0", 0x0806)
+    assert calls == [
+        ("open", (socket.AF_PACKET, socket.SOCK_RAW, 0)),
+        ("bind", ("eth0", 0x0806)),
+        ("setblocking", False),
+    ]

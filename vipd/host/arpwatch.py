@@ -50,7 +50,11 @@ PACKET_OUTGOING = 4  # sll_pkttype of frames this host sent
 
 
 def _open(ifname: str, ethertype: int) -> socket.socket:
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ethertype))
+    # Opened with protocol 0, so it takes no frame until bind names the interface and the
+    # ethertype: a packet socket opened with its protocol is hooked to every interface at
+    # once, and re-binding it waits out an RCU grace period (synchronize_net in
+    # net/packet/af_packet.c, packet_do_bind), ~10-30 ms of every start.
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     try:
         sock.bind((ifname, ethertype))
         sock.setblocking(False)
