@@ -1003,3 +1003,48 @@ def test_the_steady_advert_tick_is_on_timer_without_the_actions(name: str) -> No
         assert vars(m) == vars(before)
     expected = {"steady": 150, "late": 150, "lead": 150}
     assert priority == expected.get(name)
+
+
+@given(
+    mine=st.sampled_from([50, 100, 200]),
+    theirs=st.sampled_from([0, 50, 100, 200, 255]),
+    src=st.sampled_from([1, 2]),  # 1 is our own address
+    preempt=st.booleans(),
+    preempt_delay=st.sampled_from([0.0, 0.5, 2.0]),
+    startup_adverts=st.sampled_from([0, 3]),
+    lead=st.sampled_from(["backup", "active", "initial"]),
+    gaps=st.lists(st.floats(0.0, 1.5), min_size=0, max_size=8),
+    version=st.sampled_from([2, 3]),
+)
+def test_property_a_run_of_copies_is_the_same_as_each_advert_in_turn(
+    mine: int,
+    theirs: int,
+    src: int,
+    preempt: bool,
+    preempt_delay: float,
+    startup_adverts: int,
+    lead: str,
+    gaps: list[float],
+    version: int,
+) -> None:
+    p = params(
+        mine, version=version, preempt=preempt, preempt_delay=preempt_delay if preempt else 0.0,
+        startup_hold=1.0, startup_adverts=startup_adverts,
+    )  # fmt: skip
+    if lead == "initial":
+        base = Machine(p)
+    elif lead == "active":
+        base = active(p, 10.0)
+    else:
+        base = started(p, 10.0)
+        base.on_advert(10.2, v4(3), 254, 100)  # a master heard once already
+    times, t = [], 10.5
+    for gap in gaps:
+        t += gap
+        times.append(t)
+    one_by_one, batched = copy.deepcopy(base), copy.deepcopy(base)
+    expected: list[Action] = []
+    for at in times:
+        expected += one_by_one.on_advert(at, v4(src), theirs, 100)
+    assert batched.on_advert_copies(times, v4(src), theirs, 100) == expected
+    assert vars(batched) == vars(one_by_one)

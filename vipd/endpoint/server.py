@@ -67,6 +67,7 @@ from vipd.host import sdnotify
 
 if TYPE_CHECKING:
     import asyncio
+    from types import ModuleType
 
 T = TypeVar("T")
 
@@ -131,6 +132,8 @@ class Endpoint:
         self._heart_due = 0.0
         self._on_beat: Callable[[float], None] | None = None
         self._watchdog: sdnotify.Watchdog | None = None
+        self._metrics: ModuleType | None = None
+        self._published: tuple[bool, str] | None = None  # set_ready's last arguments
         self.ready = False
         self.not_ready_reason = "starting"
         self._status: Mapping[str, Any] = {"ready": False, "ready_reason": "starting"}
@@ -265,7 +268,10 @@ class Endpoint:
         systemd restarts."""
         import asyncio
 
+        from vipd import metrics
+
         loop = asyncio.get_running_loop()
+        self._metrics = metrics  # imported once here: a beat runs on every VRRP wake-up
         self._on_beat = on_beat
         self._watchdog = sdnotify.Watchdog.from_env()
         self._heart_loop = loop
@@ -300,9 +306,8 @@ class Endpoint:
         self._beat(now, now - self._heart_due)
 
     def _beat(self, now: float, lag: float) -> None:
-        from vipd import metrics
-
-        metrics.LOOP_LAG.observe(max(0.0, lag))
+        assert self._metrics is not None
+        self._metrics.LOOP_LAG.observe(max(0.0, lag))
         self.beat(now)
         self._arm_heart(now + HEARTBEAT_INTERVAL)
         if self._watchdog is not None:
@@ -319,6 +324,9 @@ class Endpoint:
     def set_ready(self, ready: bool, reason: str) -> None:
         """The readiness verdict (``reason`` when not ready); cheap, so the loop sets it on
         every change and heartbeat."""
+        if self._published == (ready, reason):
+            return  # the heartbeat's republishing, unchanged
+        self._published = (ready, reason)
         self.ready = ready
         self.not_ready_reason = "" if ready else reason
         from vipd import metrics

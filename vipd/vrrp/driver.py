@@ -1004,9 +1004,7 @@ class VrrpElection:
         if not arrivals or self._followed is None or self._followed_as is None:
             return
         (advert, form), src, m = self._followed_as, self._followed.src, self.machine
-        actions: list[state.Action] = []
-        for at in arrivals:
-            actions += m.on_advert(at, src, advert.priority, advert.interval_cs)
+        actions = m.on_advert_copies(arrivals, src, advert.priority, advert.interval_cs)
         last = arrivals[-1]
         self._last_rx_at = last
         self.stats.adverts_received += len(arrivals)
@@ -1041,10 +1039,12 @@ class VrrpElection:
         it makes us step down that is an ordinary preemption; when we stay leader with the
         VIP bound, two nodes claim it at once (a split brain, healing or not)."""
         m = self.machine
-        if m.state is state.State.BACKUP and m.master_ip == src:
-            self._master_advert_at = now
+        if m.state is not state.State.ACTIVE:
+            if m.state is state.State.BACKUP and m.master_ip == src:
+                self._master_advert_at = now
+            return
         held = self.controller is not None and self.controller.any_bound
-        if priority > 0 and held and m.state is state.State.ACTIVE:
+        if priority > 0 and held:
             self._claimed_at = now
             self._vrrp_claim_at = now
             self._claims += 1

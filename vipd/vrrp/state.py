@@ -68,6 +68,7 @@ the log line.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from ipaddress import IPv4Address, IPv6Address
@@ -572,6 +573,39 @@ class Machine:
         if self.state is State.ACTIVE:
             return self._active_rx(now, src, priority, interval_cs)
         return []  # INITIALIZE: not participating.
+
+    def on_advert_copies(
+        self, times: Sequence[float], src: IPAddress, priority: int, interval_cs: int
+    ) -> list[Action]:
+        """``on_advert`` for one advert received at each of ``times`` (oldest first): the
+        same state and actions as one call per time, in that order.
+
+        A Backup that accepts the advert (the master's, when it may not preempt it) only
+        restarts its down timer from each arrival, so the run comes down to its last one and
+        a count; anything else takes the arrivals one by one."""
+        if not times:
+            return []
+        p = self.params
+        if (
+            self.state is State.BACKUP
+            and priority > 0
+            and src != p.primary_ip
+            and (not p.preempt or priority >= self.priority)
+        ):
+            _check_priority(priority, 0, 255, "advert priority")
+            if p.version == 3:
+                _check_priority(interval_cs, 1, 4095, "advert interval_cs")
+            if self._startup_heard is not None:
+                self._startup_heard += len(times)
+            if priority >= self.priority:
+                self._preempt_window_start = None
+            self._discarded = None
+            self._learn(times[-1], src, priority, interval_cs)
+            return []
+        actions: list[Action] = []
+        for at in times:
+            actions += self.on_advert(at, src, priority, interval_cs)
+        return actions
 
     # ------------------------------------------------------------------ internals
 

@@ -60,9 +60,11 @@ SO_RCVBUFFORCE = 33
 SO_ATTACH_FILTER = 26
 SO_TIMESTAMPNS = 35  # also the control message's type (SCM_TIMESTAMPNS)
 _TIMESPEC = struct.Struct("@qq")
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 # A drain of the quiet socket stops after this many datagrams (a replayed flood of the
 # followed advert), the rest wait for the next one.
 QUIET_BURST = 4096
+_TTL_VRRP = bytes((255, VRRP_PROTO))  # an IPv4 header's bytes 8 and 9 on a VRRP advert
 
 # Classic BPF (linux/filter.h): the few instructions the follow filters use.
 _LD_W, _LD_H, _LD_B = 0x20, 0x28, 0x30  # BPF_LD | size | BPF_ABS
@@ -171,7 +173,8 @@ class Transport:
         self.quiet = self._open_quiet() if receive and not self.v6 else None
         self.can_follow = self.quiet is not None
         self.followed: Datagram | None = None
-        self._copy_addrs = b""  # the followed datagram's source and destination, packed
+        # The followed datagram from its IP header's addresses on (bytes 12..20) to its end.
+        self._copy_tail = b""
 
     def _open(self) -> socket.socket:
         family = socket.AF_INET6 if self.v6 else socket.AF_INET
@@ -247,9 +250,7 @@ class Transport:
         attach_filter(self.quiet, follow_filter(dgram.src, dgram.dst, dgram.message, keep=True))
         attach_filter(self.sock, follow_filter(dgram.src, dgram.dst, dgram.message, keep=False))
         self.followed = dgram
-        # receive_quiet knows a copy by the bytes the filter checked (the header's version
-        # and length, TTL, protocol and addresses, then the whole message).
-        self._copy_addrs = dgram.src.packed + dgram.dst.packed
+        self._copy_tail = dgram.src.packed + dgram.dst.packed + dgram.message
 
     def _open_quiet(self) -> socket.socket | None:
         sock = self._open()
@@ -270,14 +271,17 @@ class Transport:
     def receive_quiet(self) -> list[tuple[float, Datagram]]:
         """The followed advert's copies received since the last call, oldest first, each with
         its age in seconds (now minus the kernel's receive time, never negative)."""
-        out: list[tuple[float | None, Datagram]] = []
-        if self.quiet is None:
+        quiet = self.quiet
+        if quiet is None:
             return []
-        space = socket.CMSG_SPACE(_TIMESPEC.size)
+        out: list[tuple[float | None, Datagram]] = []
         followed = self.followed
+        # A copy is known by the bytes its filter checked: the header's version and length,
+        # its TTL and protocol, then from the addresses on (12..20) the whole message.
+        tail = self._copy_tail
         for _ in range(QUIET_BURST):
             try:
-                data, ancdata, _flags, _addr = self.quiet.recvmsg(MAX_DATAGRAM, space)
+                data, ancdata, _flags, _addr = quiet.recvmsg(MAX_DATAGRAM, _STAMP_SPACE)
             except (BlockingIOError, InterruptedError):
                 break
             stamp: float | None = None
@@ -288,10 +292,8 @@ class Transport:
             if (
                 followed is not None
                 and data[0] == 0x45
-                and data[8] == 255
-                and data[9] == VRRP_PROTO
-                and data[12:20] == self._copy_addrs
-                and data[20:] == followed.message
+                and data[8:10] == _TTL_VRRP
+                and data[12:] == tail
             ):
                 # A copy of the followed datagram (the filter let nothing else through while
                 # it was followed): that datagram itself, without parsing it again.
@@ -302,6 +304,8 @@ class Transport:
             except DecodeError:
                 continue  # the filter took only well-formed copies of one datagram
             out.append((stamp, Datagram(src, dst, ttl, payload)))
+        if not out:
+            return []
         wall = time.time()
         return [(0.0 if at is None else max(0.0, wall - at), d) for at, d in out]
 
