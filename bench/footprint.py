@@ -29,7 +29,8 @@ vipd runs from a snapshot of the working tree (an edit during the run cannot rea
 daemons and not others), or of ``--vipd-tree DIR``'s ``vipd/`` (an export of an older commit,
 to compare before and after on the same machine), byte-compiled first as ``pip install``
 does: without ``.pyc`` files every start would compile vipd again (slower, and the
-compiler's peak stays in the RSS).
+compiler's peak stays in the RSS). The bench and the daemons run on a venv laid out as an
+installed vipd's (``installed_python``): the development venv's start-up hooks are left out.
 
 It writes ``footprint.json`` (every sample) and ``footprint.md`` (medians and vipd/keepalived
 ratios) into ``--out``. No thresholds: the numbers go to docs/benchmarks.md.
@@ -50,6 +51,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -475,19 +477,45 @@ def snapshot(tree: Path, root: Path) -> None:
         raise SystemExit(f"footprint: byte-compiling {root} failed")
 
 
+# What a development venv has and an installed vipd's does not (the image uninstalls pip and
+# setuptools): the editable install's import hook, setuptools' distutils shim and their
+# start-up .pth files, and vipd's own metadata (vipd runs from the snapshot).
+_DEV_ONLY = ("__editable__", "_distutils_hack", "distutils-precedence", "pip", "setuptools",
+             "pkg_resources", "vipd")  # fmt: skip
+
+
+def installed_python(tmp: Path) -> Path:
+    """A venv laid out as vipd is installed (the image: a venv with vipd's dependencies and
+    no start-up hooks): this venv's packages linked in, without ``_DEV_ONLY`` and without
+    any ``.pth`` file. Every interpreter start in the dev venv runs the editable install's
+    hook first (pathlib, re, urllib.parse: ~30 ms and ~1 MiB), which a user's vipd never
+    pays, so the daemons run on this one."""
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    here = Path(sysconfig.get_paths()["purelib"])
+    there = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
+    for entry in here.iterdir():
+        if entry.suffix == ".pth" or entry.name.startswith(_DEV_ONLY):
+            continue
+        (there / entry.name).symlink_to(entry)
+    return venv / "bin" / "python"
+
+
 def reexec_from_snapshot(tmp: Path, tree: Path, base: Path | None) -> NoReturn:
-    """Snapshot ``tree`` (and ``base``) under ``tmp`` and re-run this script on the copy."""
+    """Snapshot ``tree`` (and ``base``) under ``tmp`` and re-run this script on the copy,
+    with the interpreter of ``installed_python``."""
     root = tmp / "src"
     snapshot(tree, root)
     if base is not None:
         snapshot(base, tmp / "base")
+    python = str(installed_python(tmp))
     env = dict(os.environ)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(root) + (os.pathsep + old if old else "")
     env[SNAPSHOT_ENV] = str(root)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    os.execve(python, [python, *sys.argv], env)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from tests.unit.benches import load
@@ -100,3 +102,22 @@ def test_switches_count_every_threads_wake_ups() -> None:
     (start,) = before
     assert start is not None and after is not None and after - start >= 20
     assert footprint.switches(2**22 + 7) is None  # no such process
+
+
+def test_the_daemons_interpreter_has_the_dependencies_and_none_of_the_dev_hooks(
+    tmp_path: Path,
+) -> None:
+    python = footprint.installed_python(tmp_path)
+    probe = (
+        "import sys, yaml, uvloop; "
+        "print(sorted(m for m in sys.modules if 'editable' in m or 'distutils' in m))"
+    )
+    out = subprocess.run(
+        [str(python), "-c", probe], capture_output=True, text=True, check=True, env={}
+    ).stdout
+    assert out.strip() == "[]"
+    site = [p for p in (tmp_path / "venv" / "lib").rglob("site-packages")]
+    assert len(site) == 1
+    names = {p.name for p in site[0].iterdir()}
+    assert not any(n.endswith(".pth") for n in names)
+    assert not any(n.startswith(("pip", "setuptools", "vipd", "__editable__")) for n in names)
