@@ -581,8 +581,8 @@ class Machine:
         same state and actions as one call per time, in that order.
 
         A Backup that accepts the advert (the master's, when it may not preempt it) only
-        restarts its down timer from each arrival, so the run comes down to its last one and
-        a count; anything else takes the arrivals one by one."""
+        restarts its down timer from each arrival and counts it, so the run comes down to
+        its last one, counted for all; anything else takes the arrivals one by one."""
         if not times:
             return []
         p = self.params
@@ -592,20 +592,14 @@ class Machine:
             and src != p.primary_ip
             and (not p.preempt or priority >= self.priority)
         ):
-            _check_priority(priority, 0, 255, "advert priority")
-            if p.version == 3:
-                _check_priority(interval_cs, 1, 4095, "advert interval_cs")
+            actions = self.on_advert(times[-1], src, priority, interval_cs)
             if self._startup_heard is not None:
-                self._startup_heard += len(times)
-            if priority >= self.priority:
-                self._preempt_window_start = None
-            self._discarded = None
-            self._learn(times[-1], src, priority, interval_cs)
-            return []
-        actions: list[Action] = []
+                self._startup_heard += len(times) - 1  # on_advert counted the last one
+            return actions
+        out: list[Action] = []
         for at in times:
-            actions += self.on_advert(at, src, priority, interval_cs)
-        return actions
+            out += self.on_advert(at, src, priority, interval_cs)
+        return out
 
     # ------------------------------------------------------------------ internals
 
