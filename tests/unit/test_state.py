@@ -450,6 +450,26 @@ def test_the_start_up_hold_also_waits_for_adverts_heard() -> None:
     assert m.on_timer(m.deadline) == [BecomeActive(m.last_reason)]
 
 
+def test_the_start_up_hold_counts_adverts_only_until_its_bound_after_our_start() -> None:
+    """Three nodes started together at 1 s adverts, ours 0.2 s late: the 150's down timer
+    fires first, and its first advert comes just before ours. We have been up for 3 x 1 s,
+    the hold's bound, so we preempt at our Master_Down_Interval, not 3 adverts later."""
+    m = Machine(Params(3, 200, 100, v4(1)))  # the defaults: 0.5 s, 3 adverts
+    m.start(0.0)
+    m.on_advert(mdi3(200) - 0.03, v4(2), 150, 100)  # discarded: lower priority
+    assert m.on_timer(mdi3(200)) == [BecomeActive(m.last_reason)]  # make-before-break
+    held = Machine(Params(3, 200, 100, v4(1), startup_adverts=5))  # bound 5 s > MDI
+    held.start(0.0)
+    held.on_advert(mdi3(200) - 0.03, v4(2), 150, 100)
+    assert held.on_timer(mdi3(200)) == []
+    assert held.deadline == mdi3(200) + 1.0
+    held.on_advert(mdi3(200) + 0.97, v4(2), 150, 100)
+    assert held.on_timer(mdi3(200) + 1.0) == []
+    assert held.deadline == 5.0  # the bound, not a third advert
+    held.on_advert(4.97, v4(2), 150, 100)
+    assert held.on_timer(5.0) == [BecomeActive(held.last_reason)]
+
+
 def test_the_start_up_hold_never_delays_a_lone_node_or_a_dead_master() -> None:
     lone = started(params(200, ip=1, interval_cs=10, startup_hold=0.5, startup_adverts=3))
     assert lone.on_timer(mdi3(200, 10)) == [SendAdvert(200), BecomeActive(lone.last_reason)]

@@ -505,8 +505,12 @@ class Machine:
             if now < self._hold_until:
                 self.deadline = self._hold_until
                 return []
-            if self._startup_heard < self.params.startup_adverts:
-                self.deadline = now + interval
+            # Counted, but bounded from our start: a master whose first advert comes just
+            # before our down timer (it started moments before us) must not hold us for
+            # another ``startup_adverts`` intervals of its own.
+            warm_by = self._backup_since + self.params.startup_adverts * interval
+            if self._startup_heard < self.params.startup_adverts and now < warm_by:
+                self.deadline = min(now + interval, warm_by)
                 return []
         held = self._startup_heard is not None and now > self._backup_since + self.mdi
         self._startup_heard = None
