@@ -25,6 +25,7 @@ import pytest
 
 from tests.netns.waiting import wait_for
 from vipd.lab import faults
+from vipd.lab.addrwatch import AddressWatch
 from vipd.lab.daemons import Daemon, VipdDaemon, VrrpSpec, make_daemon
 from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, VIP6, Lab, python_argv, python_env
@@ -391,3 +392,47 @@ def test_equal_priorities_started_at_once_settle_on_one_holder(
     assert wait_for(lambda: c.ask(0.3) == holder, 2.0) is not None
     for name, d in c.daemons.items():
         assert d.state() == ("ACTIVE" if name == holder else "BACKUP"), c.logs()
+
+
+def test_equal_priorities_after_a_sigterm_only_one_backup_binds(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """One priority everywhere (the DaemonSet's default). The holder's priority-0 advert
+    starts both backups' Skew_Time timers at once, and Skew_Time depends on the priority
+    only, so they fire together: the release contest (advert first, the bind a moment
+    later unless a better router's advert came) lets only one of them bind: the first to
+    advertise, or of two that advertised together the higher address. Every round, exactly
+    one of the two backups adds the VIP, as the kernel reports it."""
+    spec = VrrpSpec(vip=VIP4, advert_interval=0.1)
+    c = cluster(spec, start=False)
+    for d in c.daemons.values():
+        d.start(priority=100)
+    assert wait_for(lambda: len(c.holders()) == 1, 5.0) is not None, c.logs()
+    watch = AddressWatch(c.lab, spec.vip)
+    watch.start()
+
+    def moved_from(holder: str) -> Callable[[], bool]:
+        return lambda: len(c.holders()) == 1 and c.holders() != [holder]
+
+    def backup(d: Daemon) -> Callable[[], bool]:
+        return lambda: d.state() == "BACKUP"
+
+    try:
+        for _ in range(8):
+            (holder,) = c.holders()
+            stopped = time.time()
+            d = c.daemons[holder]
+            assert d.stop(signal.SIGTERM, timeout=5.0) == 0, d.log_tail()
+            took = wait_for(moved_from(holder), 3.0)
+            assert took is not None, f"VIP on {c.holders()}\n" + c.logs()
+            (successor,) = c.holders()
+            added = [e.node for e in list(watch.events) if e.added and e.at >= stopped]
+            assert added == [successor], (
+                f"after {holder}'s SIGTERM the VIP was added on {added}\n" + c.logs()
+            )
+            d.start(priority=100)
+            assert wait_for(backup(d), 5.0) is not None, d.log_tail()
+            time.sleep(0.5)  # its start-up settles; equal priority: it stays a backup
+            assert c.holders() == [successor], c.logs()
+    finally:
+        watch.stop()

@@ -33,6 +33,7 @@ from vipd.vrrp.state import (
     Announce,
     BecomeActive,
     BecomeBackup,
+    ContestLost,
     Machine,
     Params,
     SendAdvert,
@@ -46,6 +47,7 @@ EventKind = Literal[
     "became-active",
     "became-backup",
     "announce",
+    "contest-lost",
     "priority",
     "partition",
     "heal",
@@ -281,6 +283,8 @@ class Lan:
                     self._record(node.name, "became-backup", label if label == "start" else reason)
                 case Announce(reason=reason):
                     self._record(node.name, "announce", reason)
+                case ContestLost(reason=reason):
+                    self._record(node.name, "contest-lost", reason)
         self._note_holders()
         self._arm(node)
 

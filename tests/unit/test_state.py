@@ -27,6 +27,7 @@ from vipd.vrrp.state import (
     Announce,
     BecomeActive,
     BecomeBackup,
+    ContestLost,
     Machine,
     Params,
     SendAdvert,
@@ -287,7 +288,8 @@ def test_backup_priority_zero_takes_over_after_skew() -> None:
     m.on_advert(1.0, v4(9), 200, 100)
     assert m.on_advert(2.0, v4(9), 0, 100) == []
     assert m.deadline == 2.0 + 0.609375
-    m.on_timer(2.609375)
+    assert m.on_timer(2.609375) == [SendAdvert(100)]
+    assert m.on_timer(2.609375 + CONTEST) == [BecomeActive(m.last_reason), SendAdvert(100)]
     assert state_of(m) is State.ACTIVE
     assert "10.0.0.9 resigned (priority-0 advert 0.609375 s ago), skew 0.609375 s" in (
         m.last_reason
@@ -395,14 +397,122 @@ def test_preempting_a_live_master_announces_first_and_advertises_after_the_lead(
     assert m.deadline == due + LEAD + 1.0
 
 
-def test_after_a_priority_0_advert_the_announcement_goes_first_in_the_same_call() -> None:
-    m = started(params(150, ip=1))
+CONTEST = Params(3, 100, 100, v4(1)).release_contest
+
+
+def released(priority: int = 150, contest: float = CONTEST) -> Machine:
+    """A Backup (10.0.0.1) whose master 10.0.0.2 (prio 200) resigned at 1.5."""
+    p = Params(3, priority, 100, v4(1), startup_hold=0, startup_adverts=0, release_contest=contest)
+    m = started(p)
     m.on_advert(1.0, v4(2), 200, 100)
     m.on_advert(1.5, v4(2), 0, 100)
-    assert m.deadline == 1.5 + skew_time(3, 150, 100)
-    actions = m.on_timer(m.deadline)
+    assert m.deadline == 1.5 + skew_time(3, priority, 100)
+    return m
+
+
+def test_after_a_priority_0_advert_we_advertise_first_and_bind_after_the_contest_window() -> None:
+    m = released()
+    decided = m.deadline
+    assert decided is not None
+    assert m.on_timer(decided) == [SendAdvert(150)]  # the advert alone: nothing bound yet
+    assert state_of(m) is State.BACKUP and m.contest_pending
+    assert m.deadline == decided + CONTEST
+    assert m.on_timer(decided + CONTEST / 2) == []  # early: nothing
+    actions = m.on_timer(decided + CONTEST)
+    # Bind and announce, then the claim's advert: the old master lets go on either.
     assert actions == [BecomeActive(m.last_reason), SendAdvert(150)]
-    assert m.deadline == 1.5 + skew_time(3, 150, 100) + 1.0
+    assert "advertised first, binding after a 0.004 s contest window" in m.last_reason
+    assert state_of(m) is State.ACTIVE and not m.contest_pending
+    assert m.deadline == decided + CONTEST + 1.0
+    assert m.on_timer(decided + CONTEST + 1.0) == [SendAdvert(150)]
+
+
+@pytest.mark.parametrize(
+    ("src", "priority", "wins"),
+    [
+        (v4(3), 150, "them"),  # equal priority, higher address
+        (v4(3), 160, "them"),  # higher priority
+        (v4(0), 150, "us"),  # equal priority, lower address
+        (v4(9), 140, "us"),  # lower priority
+        (v4(9), 0, "us"),  # another resignation: our advert answered it already
+    ],
+)
+def test_the_contest_window_goes_to_the_better_router(
+    src: IPv4Address, priority: int, wins: str
+) -> None:
+    """Backups of one priority share one Skew_Time, so after a priority-0 advert their
+    timers fire together: only the better of them (RFC 9568 §6.4.3 ranking) binds."""
+    m = released()
+    decided = m.deadline
+    assert decided is not None
+    assert m.on_timer(decided) == [SendAdvert(150)]
+    at = decided + CONTEST / 2
+    actions = m.on_advert(at, src, priority, 100)
+    if wins == "us":
+        assert actions == []
+        assert m.on_timer(decided + CONTEST) == [BecomeActive(m.last_reason), SendAdvert(150)]
+        return
+    assert actions == [ContestLost(m.last_reason)]
+    assert f"contest lost to {src} (prio {priority}" in m.last_reason
+    assert state_of(m) is State.BACKUP and not m.contest_pending
+    assert master_of(m) == (src, priority, at)
+    assert m.deadline == at + m.mdi  # it is our master now: its adverts restart our timer
+    assert m.on_timer(decided + CONTEST) == []  # the old deadline is gone
+
+
+def test_without_a_contest_window_the_advert_and_the_bind_go_in_one_call() -> None:
+    m = released(contest=0.0)
+    assert m.deadline is not None
+    assert m.on_timer(m.deadline) == [SendAdvert(150), BecomeActive(m.last_reason)]
+    assert state_of(m) is State.ACTIVE
+
+
+def test_a_stop_inside_the_contest_window_resigns_the_advert_it_sent() -> None:
+    m = released()
+    assert m.deadline is not None
+    m.on_timer(m.deadline)
+    actions = m.shutdown(m.deadline + 0.001)
+    assert actions == [SendAdvert(0), BecomeBackup(m.last_reason)]
+    assert state_of(m) is State.INITIALIZE and not m.contest_pending
+
+
+def test_a_priority_change_inside_the_contest_window_keeps_its_deadline() -> None:
+    m = released()
+    assert m.deadline is not None
+    m.on_timer(m.deadline)
+    due = m.deadline
+    assert m.set_priority(due - 0.001, 90) == []
+    assert m.deadline == due
+    assert m.on_timer(due) == [BecomeActive(m.last_reason), SendAdvert(90)]
+
+
+@pytest.mark.parametrize(
+    "prios",
+    [
+        {"m": 200, "a": 100, "b": 100, "c": 100},  # every backup of one priority
+        {"m": 100, "a": 100, "b": 100},  # the DaemonSet's default: one priority everywhere
+        {"m": 200, "a": 150, "b": 150, "c": 100},
+    ],
+)
+def test_a_resignation_puts_the_vip_on_one_backup_only(prios: dict[str, int]) -> None:
+    """The tie after a graceful stop: backups of one priority fire together; binding before
+    the contest was decided put the VIP on each of them for a latency."""
+    lan = build_lan(prios)
+    start_all(lan)
+    lan.run_until(10.0)
+    assert lan.active_nodes() == {max(prios, key=lambda n: (prios[n], list(prios).index(n)))}
+    (master,) = lan.active_nodes()
+    stopped = lan.now
+    lan.stop(master)
+    lan.run_for(5.0)
+    rest = {n: p for n, p in prios.items() if n != master}
+    # The best-ranked: the highest priority, then the highest address (insertion order).
+    best = max(rest, key=lambda n: (rest[n], list(prios).index(n)))
+    assert [e.node for e in lan.events("became-active") if e.time >= stopped] == [best]
+    assert lan.multi_active_periods(stopped) == []
+    assert lan.active_nodes() == {best}
+    ties = [n for n in rest if rest[n] == rest[best] and n != best]
+    assert sorted(e.node for e in lan.events("contest-lost") if e.time >= stopped) == ties
 
 
 def test_taking_over_from_a_dead_master_keeps_the_rfc_order() -> None:
@@ -757,8 +867,9 @@ def test_graceful_stop_next_highest_takes_over_after_its_skew() -> None:
     lan.stop("n3")
     assert lan.adverts_from("n3")[-1].priority == 0
     lan.run_until(40.0)
-    expected = (10.5 + LAT) + skew_time(3, 150, 100)
-    assert became_active(lan, "n4") == [expected]
+    decided = (10.5 + LAT) + skew_time(3, 150, 100)
+    assert became_active(lan, "n4") == [decided + CONTEST]  # its advert first, at decided
+    assert lan.adverts_from("n4")[0].time == decided
     assert became_backup(lan, "n3") == [10.5]
     assert lan.holders_at(10.5) == frozenset()
     assert lan.active_nodes() == {"n4"}

@@ -94,6 +94,8 @@ def test_a_priority_zero_is_handled_at_once_after_the_queued_copies() -> None:
         # the other order they would have pushed the takeover out by a whole down interval.
         assert m.deadline is not None and abs(m.deadline - (1002.5 + m.skew)) < 1e-9
         assert m.last_advert_at == 1002.0
+        n.timers.fire_next()  # the advert; the bind after the contest window
+        assert m.contest_pending
         n.timers.fire_next()
         assert m.state is state.State.ACTIVE
         n.stop.set()

@@ -24,9 +24,12 @@ claim, so it does not pull the clients back in between (docs/design/vrrp.md, "Or
 events on a move").
 
 Resigning (SIGTERM, crash): a priority-0 advert (RFC 9568 §6.4.3), then the VIP stays bound
-(quiet) until the successor's first advert is heard and its announcement seen, or no backup
-can still come (``handover_bound``): make-before-break. The successor, after a priority-0
-advert, binds and announces before its advert, in the same call. With ``election.vrrp.vmac``
+(quiet) until the successor's first advert is heard and its claim seen (its announcement, or
+its second advert), or no backup can still come (``handover_bound``): make-before-break. The
+successor, after a priority-0 advert, advertises first and binds, announces and advertises
+again ``release_contest`` later, unless a better backup's advert reached it in between (its
+down timer's wait on the VRRP socket reads it): backups of one priority fire together, and
+only one of them binds. With ``election.vrrp.vmac``
 the VIP, the adverts and the gratuitous ARP use a macvlan with the virtual MAC (RFC 9568
 §7.3), made in ``prepare``.
 
@@ -230,8 +233,18 @@ class VrrpElection:
         self._faulted = False  # a "fault" track is down: out of the election
         self._defended_at: float | None = None
         self._handover: asyncio.Event | None = None
-        self._announced: asyncio.Event | None = None  # stopping: another MAC announced the VIP
+        # Stopping: the successor claimed the VIP (another MAC announced it, or a router's
+        # second advert), and which of the two showed it first.
+        self._announced: asyncio.Event | None = None
+        self._claimed_by: str | None = None
         self._successor: IPAddress | None = None
+        self._successor_rank = (0, 0)  # (priority, address): the best advert heard stopping
+        self._heard_stopping: Counter[IPAddress] = Counter()  # adverts per router, stopping
+        # Stopping, after the successor's first advert: how long we wait for its claim (its
+        # announcement or second advert). A vipd successor claims a contest window later,
+        # keepalived announces at once (IPv6: its next advert, an interval later); a busy
+        # machine may deschedule either. We stay quiet meanwhile, so waiting costs nothing.
+        self.claim_bound = v.advert_interval + CLAIM_DEFER_MAX
         self._was_active = False
         # The slowest possible successor is a priority-1 backup, Skew_Time(1) after our
         # priority-0 advert; one more interval covers a lost advert and scheduling.
@@ -564,9 +577,10 @@ class VrrpElection:
         """Priority 0 first so a backup starts its Skew timer; keep the VIP until it is heard.
 
         Make-before-break: a leader keeps the VIP bound (without announcing it again) until it
-        hears the new leader's first advert and (IPv4) sees its announcement, at most
-        CLAIM_SETTLE after the advert (a vipd successor announces just before it advertises,
-        keepalived just after), or until no backup can still be coming (``handover_bound``).
+        hears the new leader's first advert and sees its claim, its announcement (IPv4) or
+        its second advert, at most ``claim_bound`` after the first (a vipd successor claims a
+        contest window after its first advert, keepalived announces just after it), or
+        until no backup can still be coming (``handover_bound``).
         Clients keep being answered here until the ARP announcement moves them, so a stop costs them
         next to nothing instead of a whole Skew_Time. ``graceful`` makes no difference: a
         crashed leader hands over the same way.
@@ -601,28 +615,24 @@ class VrrpElection:
                 waited_s=self.handover_bound,
             )
             return
-        # A vipd successor announces before it advertises, so its gratuitous ARP is usually
-        # in already; keepalived advertises first (vrrp_state_goto_master). Either way the
-        # clients move on the announcement: wait for it (bounded) before letting go.
-        announced: bool | None = None
-        if self._sees_claims() and self._announced is not None:
-            try:
-                await asyncio.wait_for(self._announced.wait(), CLAIM_SETTLE)
-                announced = True
-            except TimeoutError:
-                announced = False
+        # A vipd successor advertises first, and when its contest window has passed
+        # (vrrp.state, Params.release_contest) binds, announces and advertises again;
+        # keepalived announces right after its advert (vrrp_state_goto_master). The clients
+        # move on the announcement: wait for it, or for the successor's second advert where
+        # announcements are not watched (IPv6), bounded, before letting go.
+        claimed = None
+        if self._announced is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._announced.wait(), self.claim_bound)
+            claimed = self._claimed_by or "not seen"
         vlog.event(
             self.log,
             logging.INFO,
             "new leader heard: releasing the VIP",
             after_s=round(time.monotonic() - started, 6),
             leader=self._successor,
-            announcement_seen=announced,
+            claim_seen=claimed,
         )
-
-    def _sees_claims(self) -> bool:
-        """Whether another node's announcement of the VIP reaches us (IPv4's claim watch)."""
-        return bool(self.claimwatches)
 
     async def close(self) -> None:
         """Sockets, watches and the virtual MAC link; each failure is raised after the rest
@@ -730,8 +740,13 @@ class VrrpElection:
                 if self.controller is not None:
                     self.controller.announce()
                 lines.append(("", action.reason))
+            elif isinstance(action, state.ContestLost):
+                # Not a role change: we never held the VIP (nothing to publish or undo).
+                lines.append(("contest", action.reason))
         for word, reason in lines:
-            if word:
+            if word == "contest":
+                vlog.event(self.log, logging.INFO, "release contest lost", reason=reason)
+            elif word:
                 self._log_transition(word, reason)
             else:
                 vlog.event(self.log, logging.INFO, "re-announcing", reason=reason)
@@ -915,10 +930,20 @@ class VrrpElection:
         metrics.VRRP_ADVERTS_RECEIVED.inc()
         self._saw_peer(dgram.src, now, advert.priority)
         if self._handover is not None:
-            # Stopping: we only wait for a successor, the election is over for us.
+            # Stopping: we only wait for a successor, the election is over for us. Backups
+            # of one priority advertise together and the best-ranked of them binds (the
+            # release contest, vrrp.state): that one is named.
+            rank = (advert.priority, int(dgram.src))
             if advert.priority > 0:
-                self._successor = dgram.src
-                self._handover.set()
+                if rank > self._successor_rank:
+                    self._successor, self._successor_rank = dgram.src, rank
+                    self._handover.set()
+                self._heard_stopping[dgram.src] += 1
+                if self._heard_stopping[dgram.src] >= 2 and self._announced is not None:
+                    # Its second advert: a vipd successor sends it right after its bind and
+                    # announcement; keepalived's next one is its own adverts' cadence.
+                    self._claimed_by = self._claimed_by or "advert"
+                    self._announced.set()
             return
         self._last_rx_at = max(self._last_rx_at, now)
         m = self.machine
@@ -1100,7 +1125,9 @@ class VrrpElection:
         every DEFEND_INTERVAL, CLAIM_SETTLE after it was seen and only if we still lead then:
         a returning higher-priority node announces before its preempting advert."""
         if self._announced is not None:
-            self._announced.set()  # stopping: the successor's announcement (see resign)
+            # Stopping: the successor's announcement (see resign).
+            self._claimed_by = self._claimed_by or "announcement"
+            self._announced.set()
             return
         if self.machine.state is not state.State.ACTIVE or self._handover is not None:
             return  # a new leader's announcement after we stepped down: the normal case

@@ -7,7 +7,8 @@ three kinds of input: a received advert (:meth:`Machine.on_advert`), the expiry 
 timer (:meth:`Machine.on_timer`) and commands and events from the shell (:meth:`Machine.start`,
 :meth:`Machine.set_priority`, :meth:`Machine.shutdown`, :meth:`Machine.link_down`,
 :meth:`Machine.link_up`). Each call returns a list of actions
-(:class:`SendAdvert`, :class:`BecomeActive`, :class:`BecomeBackup`, :class:`Announce`) that the
+(:class:`SendAdvert`, :class:`BecomeActive`, :class:`BecomeBackup`, :class:`Announce`,
+:class:`ContestLost`) that the
 shell performs in order, and leaves :attr:`Machine.deadline` set to the time at which the shell
 must call :meth:`Machine.on_timer` next.
 
@@ -39,8 +40,13 @@ The rules, with where they come from:
   startup_adverts x interval)`` after the start, or at Master_Down_Interval if that is later
   (at 1 s adverts it always is: no delay); a lone node or a dead master is not held.
 - Down timer expiry, three orders. After a priority-0 advert the old master waits (quiet,
-  VIP still bound) for our advert: bind and announce, then the advert, in the same call.
-  The old master presumed dead (no advert of it in the last
+  VIP still bound) for our advert and announcement: the advert first, and the VIP bound and
+  announced ``Params.release_contest`` later and a second advert right after (the old master
+  lets go on the announcement or on that advert), unless a better router's advert (a higher
+  priority, or an equal one from a greater address, RFC 9568 §6.4.3's ranking) arrives in
+  between, in which case we never bind it (:class:`ContestLost`). Backups of one priority
+  share one Skew_Time, so their timers fire together; binding first put the VIP on each of
+  them until their adverts crossed. The old master presumed dead (no advert of it in the last
   two intervals): send one advert FIRST, then become active (RFC 9568 §6.4.2, keepalived
   ``vrrp_state_goto_master``): the advert stops any other backup's takeover at once, and
   there is nobody to move clients away from. Preemption of a live lower-priority master
@@ -81,6 +87,7 @@ __all__ = [
     "Announce",
     "BecomeActive",
     "BecomeBackup",
+    "ContestLost",
     "IPAddress",
     "Machine",
     "Params",
@@ -209,6 +216,11 @@ class Params:
     # many seconds since start and this many adverts heard.
     startup_hold: float = 0.5
     startup_adverts: int = 3
+    # After a priority-0 advert: seconds between our advert and binding the VIP, for a
+    # better router's advert to reach us (equal priorities share one Skew_Time, so their
+    # timers fire together). The old master keeps the VIP until our announcement. 0 = the
+    # advert and the bind in the same call.
+    release_contest: float = 0.004
 
     def __post_init__(self) -> None:
         _check_version(self.version)
@@ -229,6 +241,10 @@ class Params:
             raise ValueError(f"preempt_delay must be >= 0 seconds (got {self.preempt_delay!r})")
         if not math.isfinite(self.preempt_lead) or not 0 <= self.preempt_lead < 0.01:
             raise ValueError(f"preempt_lead must be in [0, 0.01) s (got {self.preempt_lead!r})")
+        if not math.isfinite(self.release_contest) or not 0 <= self.release_contest < 0.01:
+            raise ValueError(
+                f"release_contest must be in [0, 0.01) s (got {self.release_contest!r})"
+            )
         if not math.isfinite(self.startup_hold) or not 0 <= self.startup_hold <= 10:
             raise ValueError(f"startup_hold must be in [0, 10] s (got {self.startup_hold!r})")
         if isinstance(self.startup_adverts, bool) or not 0 <= self.startup_adverts <= 10:
@@ -267,7 +283,15 @@ class Announce:
     reason: str
 
 
-Action = SendAdvert | BecomeActive | BecomeBackup | Announce
+@dataclass(frozen=True, slots=True)
+class ContestLost:
+    """We advertised after a priority-0 advert, but a better router did too before we bound
+    the VIP: we stay a backup and never held it (nothing for the shell to undo)."""
+
+    reason: str
+
+
+Action = SendAdvert | BecomeActive | BecomeBackup | Announce | ContestLost
 
 
 class Machine:
@@ -286,6 +310,8 @@ class Machine:
     - ``last_advert_at``: arrival time of the last accepted advert (BACKUP only, else None).
     - ``state_since``: when the current state was entered.
     - ``last_reason``: the reason of the last transition or announcement.
+    - ``contest_pending``: BACKUP after a priority-0 advert, our advert sent, the VIP not
+      bound yet; ``deadline`` is when we bind it (``Params.release_contest``).
     - ``own_ip_adverts``: adverts ignored because they carried our own source address.
     """
 
@@ -316,6 +342,9 @@ class Machine:
         # ACTIVE: announced, the advert that makes the other master step down is due at
         # the deadline (make-before-break).
         self.lead_pending = False
+        # BACKUP after a priority-0 advert: our advert is out, the bind is due at the
+        # deadline unless a better router advertises first; (decision time, reason).
+        self._contest: tuple[float, str] | None = None
         # BACKUP after start / link up: adverts heard so far (None: no hold), and until when.
         self._startup_heard: int | None = None
         self._hold_until = 0.0
@@ -327,6 +356,11 @@ class Machine:
         )
 
     # ------------------------------------------------------------------ derived numbers
+
+    @property
+    def contest_pending(self) -> bool:
+        """Advertised after a priority-0 advert; the bind waits for the contest window."""
+        return self._contest is not None
 
     @property
     def skew(self) -> float:
@@ -378,15 +412,17 @@ class Machine:
     def shutdown(self, now: float) -> list[Action]:
         """Stop: ACTIVE sends priority 0 then drops the VIP; any state ends in INITIALIZE."""
         was = self.state
+        advertised = was is State.ACTIVE or self._contest is not None
         self.state = State.INITIALIZE
         self.state_since = now
         self.deadline = None
         self.lead_pending = False
+        self._contest = None
         self._contested = None
         self.master_ip = None
         self.master_priority = None
         self.last_advert_at = None
-        if was is not State.ACTIVE:
+        if not advertised:
             return []
         # Priority 0 first so the backups start their (short) skew timer while we are still
         # tearing down; they take over after Skew_Time instead of a full down interval.
@@ -441,7 +477,8 @@ class Machine:
         old = self.priority
         if priority == old:
             return []
-        if self.state is State.BACKUP and self.deadline is not None:
+        if self.state is State.BACKUP and self.deadline is not None and self._contest is None:
+            # (A pending contest's deadline is the bind, not a skew: it stays.)
             old_skew = self.skew
             self.priority = priority
             self.deadline += self.skew - old_skew
@@ -497,6 +534,17 @@ class Machine:
             )
             self.last_reason = reason
             return [SendAdvert(self.priority), Announce(reason)]
+        if self._contest is not None:
+            # The contest window after our advert passed without a better router's advert
+            # (the shell read the socket up to now): bind and announce, then advertise
+            # again. The old master lets go on our announcement (IPv4) or this second advert
+            # (IPv6, whose announcements it does not watch), so the clients never wait on a
+            # descheduled process between our bind and its release.
+            _decided, reason = self._contest
+            self._contest = None
+            self._become_active(now, reason)
+            self.deadline = now + self.advert_interval
+            return [BecomeActive(reason), SendAdvert(self.priority)]
         # BACKUP: Master_Down_Timer fired (RFC 9568 §6.4.2) -> become active.
         interval = self.master_adver_interval_cs / 100
         live = self._discarded is not None and now - self._discarded[2] <= 2 * interval
@@ -524,27 +572,27 @@ class Machine:
             )
         if live:
             details += f"; make-before-break: announcing first, advertising {_fmt_s(lead)} s later"
+        contest = self.params.release_contest
+        if released and contest > 0:
+            # The old master resigned and keeps the VIP (quiet) until it hears our advert
+            # and sees our announcement. The advert goes first: it stops the other
+            # backups' skew timers, and one of our priority fired with us (one Skew_Time
+            # for all of them); its advert reaching us inside the window decides, by the
+            # RFC 9568 §6.4.3 ranking, which of us binds, so the VIP is never on both.
+            details += (
+                f"; advertised first, binding after a {_fmt_s(contest)} s contest window "
+                "without a better router's advert"
+            )
+            self._contest = (now, f"master-down: {details}")
+            self.last_reason = self._contest[1]
+            self.deadline = now + contest
+            return [SendAdvert(self.priority)]
         reason = f"master-down: {details}"
-        self.state = State.ACTIVE
-        self.state_since = now
-        self.last_reason = reason
-        self.master_ip = self.params.primary_ip
-        self.master_priority = self.priority
-        self.master_adver_interval_cs = self.params.advert_interval_cs
-        self.last_advert_at = None
-        self._released = None
-        self._discarded = None
-        self._preempt_window_start = None
-        if released:
-            # The old master resigned and keeps the VIP (quiet) until it hears our advert:
-            # the announcement goes out just before it, in the same call, so the clients
-            # never wait on a descheduled process between the two. No lead: the other
-            # backups' skew timers are running, and only our advert stops them.
-            self.deadline = now + self.advert_interval
-            return [BecomeActive(reason), SendAdvert(self.priority)]
-        if not live:
+        self._become_active(now, reason)
+        if released or not live:
             # RFC order: the advert first. The old master is presumed dead, so there are no
-            # clients to keep; the advert stops the other backups' timers at once.
+            # clients to keep; the advert stops the other backups' timers at once. (After a
+            # priority-0 advert with no contest window, the same.)
             self.deadline = now + self.advert_interval
             return [SendAdvert(self.priority), BecomeActive(reason)]
         # Make-before-break: the old master is alive and answers the clients until it hears
@@ -608,12 +656,25 @@ class Machine:
     # ------------------------------------------------------------------ internals
 
     def _enter_backup(self, now: float) -> None:
+        self._contest = None
         self._contested = None
         self.lead_pending = False
         self._startup_heard = None
         self.state = State.BACKUP
         self.state_since = now
         self._backup_since = now
+        self.last_advert_at = None
+        self._released = None
+        self._discarded = None
+        self._preempt_window_start = None
+
+    def _become_active(self, now: float, reason: str) -> None:
+        self.state = State.ACTIVE
+        self.state_since = now
+        self.last_reason = reason
+        self.master_ip = self.params.primary_ip
+        self.master_priority = self.priority
+        self.master_adver_interval_cs = self.params.advert_interval_cs
         self.last_advert_at = None
         self._released = None
         self._discarded = None
@@ -633,6 +694,8 @@ class Machine:
     def _backup_rx(
         self, now: float, src: IPAddress, priority: int, interval_cs: int
     ) -> list[Action]:
+        if self._contest is not None:
+            return self._contest_rx(now, src, priority, interval_cs)
         if priority == 0:
             # The master resigned: take over after Skew_Time, so the highest-priority backup
             # (smallest skew) wins without waiting for a down interval. The interval in a
@@ -661,6 +724,29 @@ class Machine:
         # preempt when it fires (keepalived "received lower priority advert - discarding").
         self._discarded = (src, priority, now)
         return []
+
+    def _contest_rx(
+        self, now: float, src: IPAddress, priority: int, interval_cs: int
+    ) -> list[Action]:
+        # Inside the contest window our advert is out and the VIP not bound. A better
+        # router (RFC 9568 §6.4.3: higher priority, or equal from a greater address) wins:
+        # we follow it and never bind. A worse one steps down on our advert; another
+        # priority-0 advert changes nothing (our advert answered it already).
+        own = self.params.primary_ip
+        if priority < self.priority or (
+            priority == self.priority and not _address_greater(src, own)
+        ):
+            return []
+        self._contest = None
+        self._released = None
+        self._learn(now, src, priority, interval_cs)
+        rank = "higher priority" if priority > self.priority else "equal priority, higher address"
+        reason = (
+            f"master-down: contest lost to {src} (prio {priority}, {rank}; ours "
+            f"{self.priority}) before binding the VIP; backup, {self._mdi_text()}"
+        )
+        self.last_reason = reason
+        return [ContestLost(reason)]
 
     def _active_rx(
         self, now: float, src: IPAddress, priority: int, interval_cs: int
