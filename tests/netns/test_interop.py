@@ -498,6 +498,10 @@ def run_life_cycle(pair: Pair) -> dict[str, float]:
         assert "sent 0 priority" in h_log
     else:
         assert re.search(r"msg=\"?stopped\"? was_active=true", h_log), h_log[-2000:]
+        # It let go once it saw keepalived claim the VIP (IPv4: its gratuitous ARP; IPv6:
+        # its next advert), not when the wait for that ran out.
+        claim = "announcement" if spec.family == 4 else "advert"
+        assert f"claim_seen={claim}" in h_log, h_log[-2000:]
 
     # 5. Both sides' own story, start by start: no MASTER that the wire and VIP did not see.
     want_h1 = ["BACKUP", "MASTER"]

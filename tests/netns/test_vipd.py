@@ -430,6 +430,8 @@ def test_equal_priorities_after_a_sigterm_only_one_backup_binds(
             assert added == [successor], (
                 f"after {holder}'s SIGTERM the VIP was added on {added}\n" + c.logs()
             )
+            # It let go on its successor's gratuitous ARP, not when its wait ran out.
+            assert "claim_seen=announcement" in d.log_text(), d.log_tail()
             d.start(priority=100)
             assert wait_for(backup(d), 5.0) is not None, d.log_tail()
             time.sleep(0.5)  # its start-up settles; equal priority: it stays a backup
