@@ -1,13 +1,14 @@
-"""Graceful stop with backups of one priority: how often both backups bind the VIP.
+"""A holder's stop with backups of one priority: how often both backups bind the VIP.
 
 Run as root from the repository root::
 
     .venv/bin/python bench/release_tie.py [--rounds 12] [--blocks 2] [--advert 0.1]
-        [--base OTHER_TREE] [--out bench/results] [--name release-tie]
+        [--fault term|kill] [--base OTHER_TREE] [--out bench/results] [--name release-tie]
 
 What it does: a 3-node lab (VRRPv3, IPv4 multicast) with every node at priority 100, the
-one config a DaemonSet gives. Each round stops the VIP's holder with SIGTERM, waits for one
-new holder, then starts the stopped node again (it rejoins as a backup). The kernel's address
+one config a DaemonSet gives. Each round stops the VIP's holder (``term``: SIGTERM to its
+daemon, the graceful stop; ``kill``: node death, ``vipd.lab.faults.kill``), waits for one
+new holder, then brings the node back (it rejoins as a backup). The kernel's address
 notifications (``ip monitor``, ``vipd.lab.watch``) show every node that added the VIP in the
 round; the client in the lab's client namespace (``vipd.lab.prober``, a connect to VIP:6443
 every 2 ms under SCHED_FIFO) shows what a client saw. Daemons: vipd from this tree, vipd
@@ -43,6 +44,7 @@ from typing import Any, Literal
 
 import footprint
 
+from vipd.lab import faults
 from vipd.lab.analysis import Attempt, percentile
 from vipd.lab.daemons import Daemon, Fleet, VrrpSpec
 from vipd.lab.prober import Prober
@@ -56,6 +58,7 @@ Kind = Literal["vipd", "vipd-base", "keepalived"]
 PRIORITY = 100
 SETTLE = 0.3  # after the new holder is alone: late binds and removals land in the window
 REJOIN = 1.5  # after the stopped node starts again: it is a backup before the next stop
+FAULT_TITLE = {"term": "graceful stop (SIGTERM)", "kill": "death"}
 
 
 def round_row(
@@ -97,7 +100,8 @@ def summary(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     lines = [
-        f"# Graceful stop, backups of one priority ({result['advert']:g} s adverts)",
+        f"# The holder's {FAULT_TITLE[result.get('fault', 'term')]}, backups of one priority "
+        f"({result['advert']:g} s adverts)",
         "",
         f"`{result['command']}`, {result['started']}, {result['machine']}",
         "",
@@ -120,16 +124,20 @@ def render(result: dict[str, Any]) -> str:
 
 
 def _one_holder(lab: Lab, vip: str, not_on: str | None, timeout: float) -> str:
+    """The one node other than ``not_on`` that holds the VIP (a dead node's copy, left on
+    its downed link until it is restored, does not count)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        holders = lab.holders(vip)
-        if len(holders) == 1 and holders[0] != not_on:
+        holders = [n for n in lab.holders(vip) if n != not_on]
+        if len(holders) == 1:
             return holders[0]
         time.sleep(0.005)
     raise LabError(f"no single holder (other than {not_on}) within {timeout} s: {holders}")
 
 
-def run_block(kind: Kind, advert: float, block: int, rounds: int, tmp: Path) -> dict[str, Any]:
+def run_block(
+    kind: Kind, advert: float, fault: str, block: int, rounds: int, tmp: Path
+) -> dict[str, Any]:
     prefix = new_prefix()
     lab = Lab(nodes=3, prefix=prefix, workdir=tmp / f"{prefix}-{kind}-{block}")
     spec = VrrpSpec(vip=vip_for(4), advert_interval=advert, version=3)
@@ -144,6 +152,10 @@ def run_block(kind: Kind, advert: float, block: int, rounds: int, tmp: Path) -> 
         for r in responders:
             r.start()
         daemons: dict[str, Daemon] = fleet.daemons
+        rigs = {
+            n.name: faults.NodeRig(n, daemons[n.name], r)
+            for n, r in zip(lab.nodes, responders, strict=True)
+        }
         for d in daemons.values():
             d.start(priority=PRIORITY)
         _one_holder(lab, spec.vip, None, 10.0)
@@ -154,13 +166,19 @@ def run_block(kind: Kind, advert: float, block: int, rounds: int, tmp: Path) -> 
             for _ in range(rounds):
                 holder = _one_holder(lab, spec.vip, None, 5.0)
                 since = time.monotonic()
-                daemons[holder].stop(signal.SIGTERM, timeout=10.0)
+                if fault == "term":
+                    daemons[holder].stop(signal.SIGTERM, timeout=10.0)
+                else:
+                    faults.kill(lab, rigs[holder])
                 _one_holder(lab, spec.vip, holder, 5.0)
                 time.sleep(SETTLE)
                 until = time.monotonic()
                 row = round_row(watch.timeline(), prober.attempts(since), holder, since, until)
                 out["rounds"].append(row)
-                daemons[holder].start(priority=PRIORITY)
+                if fault == "kill":
+                    faults.restore(lab, rigs[holder])  # the same priority: start() keeps it
+                else:
+                    daemons[holder].start(priority=PRIORITY)
                 time.sleep(REJOIN)
     except (LabError, OSError, subprocess.SubprocessError) as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
@@ -181,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=12, help="SIGTERMs per block (12)")
     ap.add_argument("--blocks", type=int, default=2, help="blocks per daemon (2)")
     ap.add_argument("--advert", type=float, default=0.1, help="advert interval, s (0.1)")
+    ap.add_argument("--fault", choices=("term", "kill"), default="term", help="(term)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--name", default="release-tie", help="output file stem (release-tie)")
     ap.add_argument("--base", type=Path, help="another tree whose vipd/ runs too, as vipd-base")
@@ -205,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
         "advert": args.advert,
+        "fault": args.fault,
         "base_tree": str(args.base.resolve()) if args.base else None,
         "blocks": [],
     }
@@ -213,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         order = kinds if block % 2 == 0 else tuple(reversed(kinds))
         for kind in order:
             print(f"release_tie: {kind}, block {block + 1}/{args.blocks}", file=sys.stderr)
-            result["blocks"].append(run_block(kind, args.advert, block, args.rounds, tmp))
+            result["blocks"].append(
+                run_block(kind, args.advert, args.fault, block, args.rounds, tmp)
+            )
     result["summary"] = {
         kind: summary([r for b in result["blocks"] if b["daemon"] == kind for r in b["rounds"]])
         for kind in kinds
