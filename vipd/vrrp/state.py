@@ -343,8 +343,8 @@ class Machine:
         # the deadline (make-before-break).
         self.lead_pending = False
         # BACKUP after a priority-0 advert: our advert is out, the bind is due at the
-        # deadline unless a better router advertises first; (decision time, reason).
-        self._contest: tuple[float, str] | None = None
+        # deadline unless a better router advertises first; the takeover's reason.
+        self._contest: str | None = None
         # BACKUP after start / link up: adverts heard so far (None: no hold), and until when.
         self._startup_heard: int | None = None
         self._hold_until = 0.0
@@ -540,7 +540,7 @@ class Machine:
             # again. The old master lets go on our announcement (IPv4) or this second advert
             # (IPv6, whose announcements it does not watch), so the clients never wait on a
             # descheduled process between our bind and its release.
-            _decided, reason = self._contest
+            reason = self._contest
             self._contest = None
             self._become_active(now, reason)
             self.deadline = now + self.advert_interval
@@ -583,8 +583,7 @@ class Machine:
                 f"; advertised first, binding after a {_fmt_s(contest)} s contest window "
                 "without a better router's advert"
             )
-            self._contest = (now, f"master-down: {details}")
-            self.last_reason = self._contest[1]
+            self._contest = self.last_reason = f"master-down: {details}"
             self.deadline = now + contest
             return [SendAdvert(self.priority)]
         reason = f"master-down: {details}"
