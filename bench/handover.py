@@ -21,9 +21,10 @@ locally built vipd image, applied as docs/install.md says, ``rollout status``). 
 - the step's longest span between answered connects and its failed connects, and the
   ``kubectl get --raw /readyz`` attempts through the VIP that failed in that step.
 
-kube-vip is not run: its module did not build here (the Go checksum database has no record of
-its v1.0.0 or v0.9.2 module, and ``go`` refuses unverified modules). Beside the numbers the
-table states what its code does at the same handover instead (``KUBE_VIP``).
+kube-vip is not run: until 2026-12-02 its module did not build here (the Go checksum database
+had no record of its v1.0.0 or v0.9.2 module, and ``go`` refuses unverified modules); it
+builds since, but is not wired in yet. Beside the numbers the table states what its code does
+at the same handover instead (``KUBE_VIP``).
 
 It writes ``handover.json`` (every move, the environment, the command) and ``handover.md``
 (p50 / max per kind); ``handover-lease.{json,md}`` for ``--election lease`` (timings 5/3/1 s).
@@ -53,7 +54,7 @@ from vipd.lab.kubeadm_flow import Step, adopt_all, roll, withdrawn  # noqa: E402
 from vipd.lab.kubelet_bed.bed import KubeletBed, usable  # noqa: E402
 
 KUBE_VIP = (
-    "kube-vip, not run here (its module did not build): its StartCluster removes any VIP "
+    "kube-vip, not run here (not wired into this bench yet): its StartCluster removes any VIP "
     'already on the interface before it campaigns ("(attempt to) Remove the virtual IP, in '
     'case it already exists", pkg/cluster/clusterLeaderElection.go), so each of its pods '
     "that starts on the holder drops the VIP until it has won the Lease election again "

@@ -26,12 +26,13 @@ rounds each (default 10; ``--quick``: 3 rounds, 5/3/1 only). Three things are me
   round (one leader, two followers, no fault): the increase between two successful scrapes,
   summed, over the time those scrapes span.
 
-kube-vip is not run: its module could not be built here (the Go checksum database has no
-record of its releases, and ``go`` refuses unverified modules). What the table says about it
-is worked out from its code: client-go's leader election (``k8s.io/client-go/tools/
-leaderelection``: a follower acquires once ``leaseDuration`` has passed without a renewal,
-retrying every ``retryPeriod`` with jitter 1.2), with the timings kube-vip's flags default
-to (``cmd/kube-vip.go``: ``leaseDuration`` 5, ``leaseRenewDuration`` 3, ``leaseRetry`` 1).
+kube-vip is not run: until 2026-12-02 its module could not be built here (the Go checksum
+database had no record of its releases, and ``go`` refuses unverified modules); it builds
+since, but is not wired in yet. What the table says about it is worked out from its code:
+client-go's leader election (``k8s.io/client-go/tools/leaderelection``: a follower acquires
+once ``leaseDuration`` has passed without a renewal, retrying every ``retryPeriod`` with
+jitter 1.2), with the timings kube-vip's flags default to (``cmd/kube-vip.go``:
+``leaseDuration`` 5, ``leaseRenewDuration`` 3, ``leaseRetry`` 1).
 
 It writes ``lease.json`` (every round, the environment, the command) and ``lease.md`` (the
 table). Numbers come from a shared 2-core machine that runs three kube-apiservers and three
