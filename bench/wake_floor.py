@@ -15,7 +15,10 @@ VRRP code runs. This measures that floor for each shape, with an empty callback:
   ``cc`` when there is one, else left out);
 - ``python-epoll``: CPython in ``select.epoll().poll(timeout)``;
 - ``asyncio``: CPython's own event loop, a ``call_later`` re-armed from its callback;
-- ``uvloop``: the same on uvloop, the loop vipd runs.
+- ``uvloop``: the same on uvloop, the loop vipd runs;
+- ``uvloop-thread``: uvloop idle in its poll (no timer), and a second thread that sleeps in
+  ``time.sleep`` and wakes (a sender thread beside the loop, the shape a Master's advert tick
+  could take off the loop); the whole process's CPU, both threads.
 
 Each (shape, period) runs ``--wakes`` wake-ups in a fresh process, after a second's settling,
 and takes that thread's CPU time (``CLOCK_THREAD_CPUTIME_ID``: user and system) divided by
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SHAPES = ("c-epoll", "python-epoll", "asyncio", "uvloop")
+SHAPES = ("c-epoll", "python-epoll", "asyncio", "uvloop", "uvloop-thread")
 
 C_SOURCE = r"""
 #include <stdio.h>
@@ -97,6 +100,26 @@ def child(shape: str, period: float, wakes: int, settle: float = 1.0) -> float:
         await done
         return (time.thread_time() - t0) / wakes * 1e6
 
+    if shape == "uvloop-thread":
+        import threading
+
+        import uvloop
+
+        async def idle() -> float:
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[float] = loop.create_future()
+
+            def sender() -> None:
+                t0 = time.process_time()
+                for _ in range(wakes):
+                    time.sleep(period)
+                us = (time.process_time() - t0) / wakes * 1e6
+                loop.call_soon_threadsafe(done.set_result, us)
+
+            threading.Thread(target=sender, daemon=True).start()
+            return await done
+
+        return uvloop.run(idle())
     if shape == "uvloop":
         import uvloop
 
