@@ -4,18 +4,22 @@ a failed try is reported as, and when ``rollout status`` is run again.
 What it tests: ``KubeletBed.readyz_error`` on kube-apiserver's ``/readyz?verbose`` answers (the
 check list ending in ``readyz check passed``, a failing check, a refused connection, a
 kubectl that did not end) and ``KubeletBed.rollout_status`` run again after a connection
-reset at a VIP move, but not after any other failure.
+reset at a VIP move, but not after any other failure; ``ReadyzLoop.tries`` waits for a try
+still in flight at a step's end.
 """
 
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from vipd.lab.kubelet_bed.bed import KubeletBed
+from vipd.lab.kubelet_bed.clients import ReadyzLoop
 from vipd.lab.kubelet_bed.node import MachineError
 
 PASSED = "[+]ping ok\n[+]log ok\n[+]etcd ok\nreadyz check passed\n"
@@ -85,3 +89,31 @@ def test_rollout_status_raises_any_other_failure() -> None:
     with pytest.raises(MachineError, match="not found"):
         b.rollout_status(60.0)
     assert len(b.lab.argvs) == 1  # type: ignore[attr-defined]
+
+
+def test_a_kubectl_try_in_flight_at_the_steps_end_is_waited_for_and_counted() -> None:
+    """A try that hangs across a VIP move and ends after its step must not vanish from it."""
+    release = threading.Event()
+    calls: list[float] = []
+
+    def readyz(timeout: float) -> str:
+        calls.append(timeout)
+        if len(calls) == 1:
+            release.wait(5.0)
+            return "exit 1: the connection was reset"
+        return ""
+
+    loop = ReadyzLoop(readyz, interval=0.01, timeout=1.0)
+    start = time.monotonic()
+    loop.start()
+    while not calls:
+        time.sleep(0.001)
+    end = time.monotonic()  # the step ends with the first try still in flight
+    threading.Timer(0.2, release.set).start()
+    try:
+        (tried,) = loop.tries(start, end)
+        assert not tried.ok and "reset" in tried.error
+        assert tried.end - tried.start >= 0.15  # it was waited for, not dropped
+    finally:
+        release.set()
+        loop.stop()

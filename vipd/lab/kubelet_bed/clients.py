@@ -54,6 +54,8 @@ class ReadyzLoop:
         self.timeout = timeout
         self._tries: list[KubectlTry] = []
         self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._running_since: float | None = None  # the attempt in flight, if any
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -65,16 +67,29 @@ class ReadyzLoop:
         next_at = time.monotonic()
         while not self._stop.is_set():
             start = time.monotonic()
+            with self._lock:
+                self._running_since = start
             error = self._readyz(self.timeout)
             with self._lock:
                 self._tries.append(KubectlTry(start, time.monotonic(), error))
+                self._running_since = None
+                self._done.notify_all()
             # No catching up after a slow attempt: the samples stay evenly spread.
             next_at = max(next_at + self.interval, time.monotonic())
             self._stop.wait(max(0.0, next_at - time.monotonic()))
 
     def tries(self, start: float, end: float) -> list[KubectlTry]:
-        """The attempts that started within ``[start, end]`` (monotonic)."""
+        """The attempts that started within ``[start, end]`` (monotonic). One still in flight
+        that started by ``end`` is waited for (bounded: its own timeout and the exec's), so
+        a step's window holds every attempt begun in it: a try that hangs across a VIP move
+        and ends after the step would otherwise vanish from it, failure and all."""
+        bound = time.monotonic() + self.timeout + 10
         with self._lock:
+            while self._running_since is not None and self._running_since <= end:
+                left = bound - time.monotonic()
+                if left <= 0:
+                    break
+                self._done.wait(left)
             return [t for t in self._tries if start <= t.start <= end]
 
     def stop(self) -> None:

@@ -86,7 +86,13 @@ class PodLogKeeper:
     def poll(self) -> None:
         """Open the vipd log files not seen yet, read what every open one gained."""
         for node, root in self.roots.items():
-            for path in root.glob(PATTERN):
+            try:
+                # A pod's directory the kubelet removes mid-listing ends the walk with
+                # FileNotFoundError: its log is already open, or gone; the next poll lists again.
+                listed = list(root.glob(PATTERN))
+            except FileNotFoundError:
+                continue
+            for path in listed:
                 if path not in self._open:
                     try:
                         opened: BinaryIO = path.open("rb")
