@@ -408,6 +408,12 @@ class Lab:
             if any(ipaddress.ip_address(a) == want for a in self.addresses(node))
         ]
 
+    def wire_holders(self, vip: str) -> list[str]:
+        """:meth:`holders` whose eth0 is up. A node killed by :func:`faults.kill` loses its
+        link first; if its daemon died before it saw that and released the VIP, the address
+        stays bound on the dead link, where nothing can reach it."""
+        return [name for name in self.holders(vip) if self.link_up(self.node(name))]
+
     def link_up(self, node: Node) -> bool:
         out = self.ip(node.ns, "-j", "link", "show", "dev", "eth0").strip()
         return "UP" in json.loads(out)[0].get("flags", [])
