@@ -43,7 +43,8 @@ What it reports:
 - steady-state cost at every advert interval (after the first ``kill`` block of each daemon),
   sampled after the rounds with the prober stopped and the cluster converged: CPU (utime +
   stime from /proc/PID/stat over the window, and the same at ns resolution from
-  /proc/PID/schedstat, the daemon's whole process tree, in % of one core) and VmRSS
+  /proc/PID/task/*/schedstat, every thread of the daemon's whole process tree, in % of one
+  core) and VmRSS
   (summed over the tree), master and backups separately.
 
 It writes ``failover.json`` (every round's raw numbers, every takeover line, every sample,
@@ -218,11 +219,16 @@ def _cpu_ticks(pid: int) -> int | None:
 
 
 def _run_ns(pid: int) -> int | None:
-    """Time on CPU in ns (/proc/PID/schedstat): the same quantity at full resolution."""
+    """Time on CPU in ns of all of a process's live threads (each
+    /proc/PID/task/TID/schedstat: /proc/PID/schedstat is the main thread's alone, which misses
+    vipd's advert pacer): the same quantity at full resolution."""
+    total = 0
     try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+    return total
 
 
 def _rss_kib(pid: int) -> int | None:

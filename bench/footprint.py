@@ -10,9 +10,11 @@ What it does: for each advert interval, a 3-node lab (VRRPv3 multicast, prioriti
 vipd, keepalived, keepalived, vipd, … so drift in this shared machine's load hits both
 alike. In each block, once the cluster has converged and settled:
 
-- **CPU**: time on CPU (ns, ``/proc/PID/schedstat``, the daemon's whole process tree: keepalived
-  runs a parent and a VRRP child) over a fixed ``--seconds`` window, in % of one core, per node
-  (the master sends the adverts, the backups receive them);
+- **CPU**: time on CPU (ns, ``/proc/PID/task/*/schedstat``: every thread of the daemon's
+  whole process tree; keepalived runs a parent and a VRRP child, vipd a loop, an HTTP thread
+  and on a master the advert pacer; before 2026-12-03 only each process's main thread was
+  read, which was all of vipd's work then) over a fixed ``--seconds`` window, in % of one
+  core, per node (the master sends the adverts, the backups receive them);
 - **wake-ups**: the tree's context switches (``/proc/PID/task/*/status``, voluntary and
   involuntary, every thread) over the same window, a second: where the CPU goes in a daemon
   that does little per wake-up (a thread that ends in the window takes its counts with it;
@@ -90,11 +92,16 @@ def _log(msg: str) -> None:
 
 
 def run_ns(pid: int) -> int | None:
-    """Time on CPU in ns (``/proc/PID/schedstat``, all threads); None if it is gone."""
+    """Time on CPU in ns of all of a process's live threads (each ``/proc/PID/task/TID/
+    schedstat``: ``/proc/PID/schedstat`` is the main thread's alone, which misses vipd's
+    advert pacer); None if it is gone."""
+    total = 0
     try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+    return total
 
 
 def switches(pid: int) -> int | None:
@@ -385,7 +392,8 @@ def render(doc: dict[str, Any]) -> str:
         f"0.0.0.0:2112), no health checks; {doc['blocks']} blocks per daemon and interval "
         f"(vipd, keepalived, keepalived, vipd), {doc['seconds']:g} s CPU window, "
         f"{doc['restarts']} restarts of the lowest-priority node per block. Medians over "
-        "nodes and blocks; CPU in % of one core (schedstat, the daemon's process tree); "
+        "nodes and blocks; CPU in % of one core (schedstat, every thread of the daemon's "
+        "process tree); "
         "switches: the tree's context switches a second (every thread's, voluntary and not: "
         "about its wake-ups); memory summed over the tree.",
         "",

@@ -24,10 +24,11 @@ process that serves four fixed paths.
 
 The heartbeat is a loop timer every ``HEARTBEAT_INTERVAL`` s, but any other timer of the loop
 that runs when the heartbeat is less than half an interval away beats in its place
-(`Endpoint.offer_beat`; the VRRP driver offers every timer it runs) and pushes the
+(`Endpoint.offer_beat`; the VRRP driver offers every loop timer it runs) and pushes the
 heartbeat's own timer a whole interval on. A VRRP Backup that wakes every few hundred
-milliseconds for its down timer, or a Master for its adverts, then pays no wake-up for the
-heartbeat; the beat's age still never exceeds one interval on a live loop, and a loop that is
+milliseconds for its down timer then pays no wake-up for the heartbeat (a Master's steady
+adverts come from the advert pacer's thread, ``vipd.vrrp.pacer``, and cannot beat for the
+loop); the beat's age still never exceeds one interval on a live loop, and a loop that is
 stuck beats nowhere.
 
 The accepting thread sleeps in ``select`` on the listening socket and a wake-up pipe, with no

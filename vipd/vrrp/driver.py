@@ -23,6 +23,11 @@ vipd old master's claim watch waits ``CLAIM_SETTLE`` before defending against a 
 claim, so it does not pull the clients back in between (docs/design/vrrp.md, "Order of
 events on a move").
 
+A Master's steady adverts (one advert, nothing else due) leave from the advert pacer's
+thread (``vrrp.pacer``), which runs the machine's ``advert_tick`` under ``MACHINE_LOCK``, the
+lock every loop callback of the driver holds too; anything else it hands back to the loop's
+``_on_timer``. The loop wakes only for what arrives and for its heartbeat.
+
 Resigning (SIGTERM, crash): a priority-0 advert (RFC 9568 §6.4.3), then the VIP stays bound
 (quiet) until the successor's first advert is heard and its claim seen (its announcement, or
 its second advert), or no backup can still come (``handover_bound``): make-before-break. The
@@ -43,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import gc
 import logging
 import threading
@@ -67,6 +73,7 @@ from vipd.host.arpwatch import ClaimWatch
 from vipd.host.vmaclink import VmacLink
 from vipd.preflight import Preflight
 from vipd.vrrp import packet, state
+from vipd.vrrp.pacer import DUE_SLACK, AdvertPacer
 from vipd.vrrp.transport import Datagram, Transport
 
 IPAddress = IPv4Address | IPv6Address
@@ -97,11 +104,21 @@ CLAIM_SETTLE = 0.02
 CLAIM_DEFER_MAX = 0.25
 # Peers remembered for the status document (multicast: anyone on our VRID could show up).
 MAX_PEERS = 64
+# Every VRRP driver of the process and its advert pacer take this lock for whatever reads or
+# changes a machine, a socket or the VRRP counters: the pacer's thread and the loop's thread
+# (and the two families' pacers, which count into the same metrics) never interleave.
+# Re-entrant: a loop callback may call another entry point of the driver.
+MACHINE_LOCK = threading.RLock()
 ROLE_OF_STATE = {
     state.State.ACTIVE: LEADER,
     state.State.BACKUP: FOLLOWER,
     state.State.INITIALIZE: INIT,
 }
+
+
+def _reraise(exc: Exception) -> None:
+    """On the loop: a bug in the pacer's tick ends the run like one in a loop callback."""
+    raise exc
 
 
 class Wire(Protocol):
@@ -156,7 +173,9 @@ class VrrpElection:
     ``vips``: the VIPs of this virtual router, all of one family (default: every VIP of
     ``cfg``, which must then be of one family). ``clock``, ``open_wire``, ``call_later`` and
     ``claimwatch`` are the seams the unit tests use (a fake clock and timers, an in-memory
-    wire, no raw ARP socket)."""
+    wire, no raw ARP socket). ``pace``: the Active's steady adverts from a thread of their
+    own (``vrrp.pacer``); by default when the loop's own timers are used (not ``call_later``).
+    """
 
     backend = "vrrp"
 
@@ -170,6 +189,7 @@ class VrrpElection:
         open_wire: OpenWire = open_transport,
         call_later: CallLater | None = None,
         claimwatch: bool = True,
+        pace: bool | None = None,
     ) -> None:
         self.cfg = cfg
         self.pre = pre
@@ -178,6 +198,12 @@ class VrrpElection:
         self._open_wire = open_wire
         self._call_later = call_later
         self._want_claimwatch = claimwatch
+        self._want_pace = call_later is None if pace is None else pace
+        self._lock = MACHINE_LOCK
+        # Made on run(), used once the loop has run past its real-time request (the thread
+        # inherits it): before that, and for anything but an Active's ticks, the loop's timer.
+        self.pacer: AdvertPacer | None = None
+        self._pacing_on = False
         v = cfg.election.vrrp
         self.vrrp = v
         self._vips = tuple(vips if vips is not None else cfg.vips)
@@ -336,8 +362,9 @@ class VrrpElection:
         if self.health is None or h is None:
             return
         if h.weight > 0:
-            now = self.clock()
-            self._apply(self.machine.set_priority(now, self._gated_priority(False)), now)
+            with self._lock:
+                now = self.clock()
+                self._apply(self.machine.set_priority(now, self._gated_priority(False)), now)
         vlog.event(
             self.log,
             logging.INFO,
@@ -395,11 +422,19 @@ class VrrpElection:
             gc.freeze()
             # After the collection: a real-time process must not spend tens of ms in it.
             self._realtime()
+            if self._want_pace:
+                # After the real-time request: the pacer's thread inherits it.
+                with self._lock:
+                    self.pacer = AdvertPacer(self._paced_tick, self._lock, clock=self.clock)
+                    self._pacing_on = True
+                    self._rearm()
             await self._fatal
         finally:
             # The election is over for this run: no timer may fire into the stop path. The
             # socket stays open: resign() listens on it for the successor.
-            self._cancel_timer()
+            with self._lock:
+                self._pacing_on = False
+                self._cancel_timer()
             if self._defence is not None:
                 self._defence.cancel()
                 self._defence = None
@@ -410,6 +445,10 @@ class VrrpElection:
         h = self.cfg.health
         if h is None or addr != h.local or h.weight == 0:
             return
+        with self._lock:
+            self._set_health(health)
+
+    def _set_health(self, health: BackendHealth) -> None:
         self._catch_up()
         now = self.clock()
         priority = self._gated_priority(health.healthy)
@@ -431,6 +470,10 @@ class VrrpElection:
         """Tracked checks changed: the priority (like health), or with a ``fault`` track down
         keepalived's FAULT: out of the election (a leader resigns with a priority-0 advert
         and releases the VIP) until it is up again."""
+        with self._lock:
+            self._set_track(adj)
+
+    def _set_track(self, adj: track.Adjustment) -> None:
         self._track = adj
         self._catch_up()
         now = self.clock()
@@ -457,6 +500,10 @@ class VrrpElection:
         the health weight. The new priority goes through the machine like a health change
         (a leader sends one advert with it; a backup moves its down timer), so a reload by
         itself neither releases nor re-announces the VIP."""
+        with self._lock:
+            self._reconfigure(cfg)
+
+    def _reconfigure(self, cfg: Config) -> None:
         v = cfg.election.vrrp
         self.cfg, self.vrrp = cfg, v
         self.machine.params = dataclasses.replace(
@@ -483,17 +530,19 @@ class VrrpElection:
         is reopened with it in this same call, no advert is missed, and the machine takes
         it as its own address (the tie-break of RFC 9568 §6.4.3 and the own-advert check)."""
         loop = asyncio.get_running_loop()
-        new_link = (pre.link.index, pre.link.mac) != (self.ifindex, self.pre.link.mac)
-        self.pre = pre
-        self.ifname, self.ifindex = pre.link.name, pre.link.index
-        self.source = pre.source_for(self.family)  # this virtual router's family
-        self.unicast_peers = pre.peers_for(self.family)
-        self.machine.params = dataclasses.replace(self.machine.params, primary_ip=self.source)
-        self._encoded.clear()  # the IPv4 checksum covers the source address
-        started = self._fatal is not None
-        self._close_sockets(loop)
-        if new_link:
-            self._close_claimwatch(loop)
+        with self._lock:  # the pacer's tick finds the old sockets or none (then: the loop)
+            new_link = (pre.link.index, pre.link.mac) != (self.ifindex, self.pre.link.mac)
+            self.pre = pre
+            self.ifname, self.ifindex = pre.link.name, pre.link.index
+            self.source = pre.source_for(self.family)  # this virtual router's family
+            self.unicast_peers = pre.peers_for(self.family)
+            params = dataclasses.replace(self.machine.params, primary_ip=self.source)
+            self.machine.params = params
+            self._encoded.clear()  # the IPv4 checksum covers the source address
+            started = self._fatal is not None
+            self._close_sockets(loop)
+            if new_link:
+                self._close_claimwatch(loop)
         link = VipLink(self.ifname, self.ifindex, pre.link.mac)
         vmac = self.vmac
         if vmac is not None and (vmac.parent_index != self.ifindex or vmac.index is None):
@@ -505,9 +554,10 @@ class VrrpElection:
         elif vmac is not None and vmac.index is not None:
             link = VipLink(vmac.name, vmac.index, vmac.mac)
         if started:
-            self._open_sockets(loop)
-            if not self.claimwatches:
-                self._start_claimwatch(loop)
+            with self._lock:
+                self._open_sockets(loop)
+                if not self.claimwatches:
+                    self._start_claimwatch(loop)
         vlog.event(
             self.log,
             logging.INFO,
@@ -549,6 +599,10 @@ class VrrpElection:
 
     def on_link(self, up: bool) -> None:
         """Interface down is the machine's ``link_down``, up its ``link_up`` (RFC 9568 §6.4)."""
+        with self._lock:
+            self._on_link(up)
+
+    def _on_link(self, up: bool) -> None:
         self.link_up = up
         self._catch_up()
         now = self.clock()
@@ -585,23 +639,10 @@ class VrrpElection:
         next to nothing instead of a whole Skew_Time. ``graceful`` makes no difference: a
         crashed leader hands over the same way.
         """
-        self._cancel_timer()
-        self._catch_up()
-        self._unfollow()  # the successor's adverts are waited for on the polled socket
-        self._was_active = self.machine.state is state.State.ACTIVE
-        if self.transport is None:
-            return
-        resigned = False
-        now = self.clock()
-        for action in self.machine.shutdown(now):
-            if isinstance(action, state.SendAdvert):
-                self._handover = asyncio.Event()
-                self._announced = asyncio.Event()
-                self._send_advert(action.priority)
-                resigned = True
-            elif isinstance(action, state.BecomeBackup):
-                vlog.event(self.log, logging.INFO, "resigned", reason=action.reason)
-                self._emit(action.reason, now)
+        with self._lock:  # the pacer's last advert, if due now, goes before the priority 0
+            self._pacing_on = False
+            self._cancel_timer()
+            resigned = self._resign_now()
         if not (resigned and self._handover is not None and self.link_up):
             return
         started = time.monotonic()
@@ -634,11 +675,33 @@ class VrrpElection:
             claim_seen=claimed,
         )
 
+    def _resign_now(self) -> bool:
+        """The priority-0 advert and the step down; True if the advert went out."""
+        self._catch_up()
+        self._unfollow()  # the successor's adverts are waited for on the polled socket
+        self._was_active = self.machine.state is state.State.ACTIVE
+        if self.transport is None:
+            return False
+        resigned = False
+        now = self.clock()
+        for action in self.machine.shutdown(now):
+            if isinstance(action, state.SendAdvert):
+                self._handover = asyncio.Event()
+                self._announced = asyncio.Event()
+                self._send_advert(action.priority)
+                resigned = True
+            elif isinstance(action, state.BecomeBackup):
+                vlog.event(self.log, logging.INFO, "resigned", reason=action.reason)
+                self._emit(action.reason, now)
+        return resigned
+
     async def close(self) -> None:
         """Sockets, watches and the virtual MAC link; each failure is raised after the rest
         are closed (the agent logs and counts it)."""
         loop = asyncio.get_running_loop()
         errors: list[BaseException] = []
+        if self.pacer is not None:
+            self.pacer.close()  # not with the lock held: its thread may be waiting for it
 
         def attempt(fn: Callable[[], object]) -> None:
             try:
@@ -795,10 +858,24 @@ class VrrpElection:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.pacer is not None:
+            self.pacer.halt()
 
     def _rearm(self) -> None:
-        self._cancel_timer()
         deadline = self.machine.deadline
+        if (
+            deadline is not None
+            and self._pacing_on
+            and self.pacer is not None
+            and self.machine.advert_only
+        ):
+            # The Active's adverts: from the pacer's thread, the loop sleeps (vrrp.pacer).
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self.pacer.pace(deadline)
+            return
+        self._cancel_timer()
         if deadline is None:
             return
         # The machine's clock is time.monotonic(), not loop.time(): uvloop's clock has
@@ -819,9 +896,11 @@ class VrrpElection:
         return loop.call_later(delay, self._guarded, fn)
 
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
-        """Loop callbacks run through here so that a bug ends the run instead of vanishing."""
+        """Loop callbacks run through here so that a bug ends the run instead of vanishing,
+        and under the lock the pacer's thread takes for its tick."""
         try:
-            fn(*args)
+            with self._lock:
+                fn(*args)
         except Exception as exc:
             if self._fatal is not None and not self._fatal.done():
                 self._fatal.set_exception(exc)
@@ -896,6 +975,39 @@ class VrrpElection:
                 return
             now = self.clock()
         self._apply(self.machine.on_timer(now), now)
+
+    def _paced_tick(self, due: float) -> float | None:
+        """The pacer's tick (its thread, the lock held): the Active's steady advert, as the
+        loop's ``_timer_due`` sends it; the next due time, or None when the loop takes over.
+
+        Anything but a steady advert goes to the loop's ``_on_timer``, which decides as it
+        always does: a tick woken more than an interval late (SIGSTOP, a frozen VM) reads the
+        socket before it advertises, a contest's end announces, and without a socket (a
+        relink in progress) nothing can be sent from here."""
+        try:
+            m = self.machine
+            deadline = m.deadline
+            if not self._pacing_on or deadline is None or m.state is not state.State.ACTIVE:
+                return None
+            now = self.clock()
+            if deadline - now > DUE_SLACK:
+                return deadline  # the loop moved it later meanwhile
+            if now - deadline <= m.advert_interval and self.transport is not None:
+                priority = m.advert_tick(max(now, deadline))
+                if priority is not None:
+                    self._send_advert(priority)
+                    return m.deadline
+            self._timer_at = now  # the loop's lag is then the hand-over's
+            self._to_loop(self._on_timer)
+            return None
+        except Exception as exc:
+            self._to_loop(functools.partial(_reraise, exc))
+            return None
+
+    def _to_loop(self, fn: Callable[[], None]) -> None:
+        """``fn`` on the loop's thread, soon, through ``_guarded``."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._guarded, fn)
 
     def _advert_pending(self, timeout: float) -> bool:
         """Block up to ``timeout`` (≤ TIMER_SLACK) for the VRRP socket; True if readable."""
@@ -1023,6 +1135,10 @@ class VrrpElection:
             self._on_datagram(dgram, at)
         self._copies(run)
         return handled
+
+    def _catch_up_locked(self) -> None:
+        with self._lock:
+            self._catch_up()
 
     def _copies(self, arrivals: list[float]) -> None:
         """The followed datagram received at each of ``arrivals`` (oldest first)."""
@@ -1254,10 +1370,10 @@ class VrrpElection:
         if self._followed is not None and self._loop is not None:
             # The quiet socket holds the master's latest adverts: the loop reads them first.
             if threading.get_ident() == self._loop_thread:
-                self._catch_up()
+                self._catch_up_locked()
             else:
                 with contextlib.suppress(Exception):
-                    on_loop(self._loop, self._catch_up, AGE_WAIT)
+                    on_loop(self._loop, self._catch_up_locked, AGE_WAIT)
         master = self.machine.master_ip
         seen = self.peers.get(master) if master is not None else None
         return None if seen is None else max(0.0, self.clock() - seen[1])
@@ -1276,6 +1392,10 @@ class VrrpElection:
 
     def status(self, now: float) -> dict[str, Any]:
         """The VRRP part of /status (see vipd.endpoint.status for the shape)."""
+        with self._lock:
+            return self._status(now)
+
+    def _status(self, now: float) -> dict[str, Any]:
         self._catch_up()
         m = self.machine
         master: dict[str, Any] | None = None

@@ -493,6 +493,12 @@ class Machine:
 
     # ------------------------------------------------------------------ events
 
+    @property
+    def advert_only(self) -> bool:
+        """Active, and its next timer event is an advert and nothing else (``advert_tick``
+        takes it): no contest to end at the next tick."""
+        return self.state is State.ACTIVE and (self._contested is None or self.lead_pending)
+
     def advert_tick(self, now: float) -> int | None:
         """The Active's Adver_Timer when it only sends an advert (RFC 9568 §6.4.3): restart
         the timer and return the priority to advertise, exactly as ``on_timer(now)`` would
