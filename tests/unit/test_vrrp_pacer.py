@@ -199,6 +199,10 @@ def test_a_master_sends_its_steady_adverts_from_the_pacer_and_stops_them_on_a_st
         loop_thread = threading.get_ident()
         task = asyncio.get_running_loop().create_task(n.agent.run(n.stop))
         e = n.election
+        await until(lambda: e.pacer is not None)
+        # Started when the node joined the election, not on the takeover's path.
+        assert e.pacer is not None and e.pacer.running
+        assert e.machine.state is state.State.BACKUP and e.pacer.due is None
         await until(lambda: e.machine.state is state.State.ACTIVE)  # after its down interval
         await until(lambda: len(n.senders) >= 5)
         pacer = e.pacer

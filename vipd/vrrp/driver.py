@@ -424,8 +424,10 @@ class VrrpElection:
             self._realtime()
             if self._want_pace:
                 # After the real-time request: the pacer's thread inherits it.
+                pacer = AdvertPacer(self._paced_tick, self._lock, clock=self.clock)
+                pacer.start()  # now, not on a takeover's path
                 with self._lock:
-                    self.pacer = AdvertPacer(self._paced_tick, self._lock, clock=self.clock)
+                    self.pacer = pacer
                     self._pacing_on = True
                     self._rearm()
             await self._fatal

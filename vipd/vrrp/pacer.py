@@ -16,8 +16,9 @@ driver, and whatever is not a steady advert (a contest to end, a tick woken late
 interval, no socket) goes back to the loop. It does not feed the loop's heartbeat either:
 the heartbeat says the loop is alive, and only the loop can say that.
 
-The thread starts on the first ``pace`` (a Backup never starts one) and inherits the
-scheduling of the thread that starts it, so the driver starts it only after its own
+The driver starts the thread when it joins the election (``start``), so that no takeover
+waits for a thread to be created; it sleeps on a lock until the first ``pace``. It inherits
+the scheduling of the thread that starts it, so the driver starts it only after its own
 real-time request (``vipd.host.sched``).
 """
 
@@ -72,6 +73,14 @@ class AdvertPacer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def start(self) -> None:
+        """Start the thread, idle until the first ``pace``. Not on a takeover's path:
+        ``Thread.start`` waits until the new thread has run, which a busy scheduler can put
+        off (design/vrrp.md, "Fast adverts")."""
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+
     def pace(self, due: float) -> None:
         """The next tick is due at ``due`` (the caller holds the lock)."""
         if self._closed:
@@ -79,8 +88,7 @@ class AdvertPacer:
         wake = self._due is None or due < self._due
         self._due = due
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
+            self.start()
         elif wake:
             self._ring()
 
