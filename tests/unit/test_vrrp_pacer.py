@@ -20,7 +20,7 @@ from ipaddress import IPv4Address
 from typing import Any
 
 from tests.unit.hostfakes import Events, FakeWire, Host, advert
-from tests.unit.test_vrrp_driver import Node
+from tests.unit.test_vrrp_driver import Node, until
 from vipd import config
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
 from vipd.preflight import HostLink, Preflight
@@ -183,14 +183,6 @@ class RealNode:
         wire.send = send  # type: ignore[method-assign]
         self.wire = wire
         return wire
-
-
-async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 def test_a_master_sends_its_steady_adverts_from_the_pacer_and_stops_them_on_a_step_down() -> None:

@@ -57,7 +57,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from vipd import log as vlog
 from vipd import metrics, track
@@ -109,11 +109,26 @@ MAX_PEERS = 64
 # (and the two families' pacers, which count into the same metrics) never interleave.
 # Re-entrant: a loop callback may call another entry point of the driver.
 MACHINE_LOCK = threading.RLock()
+P = ParamSpec("P")
+R = TypeVar("R")
 ROLE_OF_STATE = {
     state.State.ACTIVE: LEADER,
     state.State.BACKUP: FOLLOWER,
     state.State.INITIALIZE: INIT,
 }
+
+
+def _locked(
+    method: Callable[Concatenate[VrrpElection, P], R],
+) -> Callable[Concatenate[VrrpElection, P], R]:
+    """The method under ``MACHINE_LOCK``: an entry point the loop calls outside
+    ``_guarded`` (the agent's health, track, link and reload events, /status)."""
+
+    def locked(self: VrrpElection, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 def _reraise(exc: Exception) -> None:
@@ -443,14 +458,11 @@ class VrrpElection:
 
     # -- the election port: events ---------------------------------------------------------
 
+    @_locked
     def on_health(self, addr: IPAddress, health: BackendHealth) -> None:
         h = self.cfg.health
         if h is None or addr != h.local or h.weight == 0:
             return
-        with self._lock:
-            self._set_health(health)
-
-    def _set_health(self, health: BackendHealth) -> None:
         self._catch_up()
         now = self.clock()
         priority = self._gated_priority(health.healthy)
@@ -468,14 +480,11 @@ class VrrpElection:
         )
         self._apply(self.machine.set_priority(now, priority), now)
 
+    @_locked
     def on_track(self, adj: track.Adjustment) -> None:
         """Tracked checks changed: the priority (like health), or with a ``fault`` track down
         keepalived's FAULT: out of the election (a leader resigns with a priority-0 advert
         and releases the VIP) until it is up again."""
-        with self._lock:
-            self._set_track(adj)
-
-    def _set_track(self, adj: track.Adjustment) -> None:
         self._track = adj
         self._catch_up()
         now = self.clock()
@@ -497,15 +506,12 @@ class VrrpElection:
         healthy = h is None or h.weight == 0 or self.health is None or self.health.local_healthy()
         return self._gated_priority(healthy)
 
+    @_locked
     def reconfigure(self, cfg: Config) -> None:
         """A reload's live keys (``vipd.reload.LIVE``): priority, preemption and its delay,
         the health weight. The new priority goes through the machine like a health change
         (a leader sends one advert with it; a backup moves its down timer), so a reload by
         itself neither releases nor re-announces the VIP."""
-        with self._lock:
-            self._reconfigure(cfg)
-
-    def _reconfigure(self, cfg: Config) -> None:
         v = cfg.election.vrrp
         self.cfg, self.vrrp = cfg, v
         self.machine.params = dataclasses.replace(
@@ -599,12 +605,9 @@ class VrrpElection:
             loop.remove_reader(claimwatch.fileno())
             claimwatch.close()
 
+    @_locked
     def on_link(self, up: bool) -> None:
         """Interface down is the machine's ``link_down``, up its ``link_up`` (RFC 9568 §6.4)."""
-        with self._lock:
-            self._on_link(up)
-
-    def _on_link(self, up: bool) -> None:
         self.link_up = up
         self._catch_up()
         now = self.clock()
@@ -1138,9 +1141,9 @@ class VrrpElection:
         self._copies(run)
         return handled
 
+    @_locked
     def _catch_up_locked(self) -> None:
-        with self._lock:
-            self._catch_up()
+        self._catch_up()
 
     def _copies(self, arrivals: list[float]) -> None:
         """The followed datagram received at each of ``arrivals`` (oldest first)."""
@@ -1392,12 +1395,9 @@ class VrrpElection:
             return False, f"adverts cannot be sent: {self._send_error}"
         return True, "ready"
 
+    @_locked
     def status(self, now: float) -> dict[str, Any]:
         """The VRRP part of /status (see vipd.endpoint.status for the shape)."""
-        with self._lock:
-            return self._status(now)
-
-    def _status(self, now: float) -> dict[str, Any]:
         self._catch_up()
         m = self.machine
         master: dict[str, Any] | None = None
