@@ -2,7 +2,9 @@
 
 What it tests: with the binaries, ``vipd lab --election lease --fault apidown`` (the leader's
 kube-apiserver SIGKILLed, then restarted) fails over in every round and names the API server
-it ran on in ``--json`` (``lab.apiserver``); without them (``VIPD_KUBE_BIN`` pointing at an
+it ran on in ``--json`` (``lab.apiserver``); ``--daemon kube-vip`` runs the real kube-vip on
+the same bed, which moves the VIP on a SIGTERM in every round (the harness the Lease
+benchmark compares with); without them (``VIPD_KUBE_BIN`` pointing at an
 empty directory), the Lease lab exits 2 and its last line is the one command that builds them.
 """
 
@@ -38,6 +40,21 @@ def test_lab_fault_apidown_in_lease_mode_on_kube_apiserver() -> None:
     for r in report["rounds"]:
         assert r["new_leader"] != r["old_leader"], r
     json.dumps(report)  # what --json prints
+
+
+def test_lab_runs_kube_vip_on_the_same_control_plane_for_a_comparison() -> None:
+    why = usable()
+    if why is None and not (binaries.find() / "kube-vip").exists():
+        why = f"kube-vip is not built in {binaries.find()} (scripts/setup-kube says why)"
+    if why is not None:
+        missing(why)
+    report: dict[str, Any] = runner.execute(
+        runner.Options(daemon="kube-vip", fault="term", rounds=2, election="lease")
+    )
+    assert report["lab"]["daemon"] == "kube-vip"
+    assert report["summary"]["ok"], runner.render_table(report)
+    for r in report["rounds"]:
+        assert r["new_leader"] != r["old_leader"], r
 
 
 def test_lab_without_the_binaries_says_what_to_run(tmp_path: Path) -> None:

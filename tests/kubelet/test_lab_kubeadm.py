@@ -13,6 +13,7 @@ each step, and no problems.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 
@@ -34,6 +35,10 @@ def test_vipd_lab_kubeadm_reports_the_clusters_life() -> None:
         capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
     print(run.stderr[-3000:])
+    with contextlib.suppress(json.JSONDecodeError):
+        # A problem step's vipd lines (the post-mortem), before the verdict.
+        for logs in json.loads(run.stdout).get("logs", []):
+            print(f"vipd logs of {logs['step']}:", *logs["lines"], sep="\n")
     assert run.returncode == 0, run.stderr[-4000:] + run.stdout[-2000:]
     report = json.loads(run.stdout)
     assert report["summary"] == {"ok": True, "problems": []}

@@ -4,7 +4,9 @@ attempts, and the discovery recorder's reader (vipd.lab.kubebed.discovery)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Any
 
 from tests.unit import benches
 from vipd.lab.kubebed import discovery
@@ -60,3 +62,65 @@ def test_discovery_reader_keeps_whole_json_lines(tmp_path: Path) -> None:
     p = tmp_path / "d.jsonl"
     p.write_text('{"t": 1.0, "using": "in-cluster"}\nTraceback\n{"t": 2.0, "backends": []}\n{"t"')
     assert discovery.read(p) == [{"t": 1.0, "using": "in-cluster"}, {"t": 2.0, "backends": []}]
+
+
+def test_the_table_names_the_daemon_of_each_row() -> None:
+    row = {
+        "daemon": "kube-vip",
+        "profile": "5/3/1",
+        "fault": "term",
+        "rounds_ok": 3,
+        "rounds_asked": 3,
+        "tcp": {"min": 2.4, "p50": 2.5, "p90": 2.6, "max": 2.7},
+        "kubectl": None,
+        "kubectl_answer_period_s": 0.33,
+        "target_s": 1.1,
+        "within_target": False,
+        "requests": {"n1": {"per_s": None}},
+        "requests_leader": "n1",
+        "lab": {"apiserver": "kube-apiserver v1.37.2"},
+    }
+    text = bench.render([{**row, "daemon": "vipd"}, row])
+    assert "| 5/3/1 | SIGTERM | vipd | 3/3 | 2.400 / 2.500 / 2.600 / 2.700 |" in text
+    assert "| 5/3/1 | SIGTERM | kube-vip | 3/3 |" in text
+
+
+def test_lease_lab_options_take_kube_vip_with_a_lease_only() -> None:
+    import pytest
+
+    from vipd.lab.runner import Options
+
+    assert Options(daemon="kube-vip", election="lease").spec().lease is not None
+    with pytest.raises(ValueError, match="--daemon kube-vip runs with --election lease"):
+        Options(daemon="kube-vip").spec()
+    with pytest.raises(ValueError, match="--election lease runs vipd or kube-vip"):
+        Options(daemon="keepalived", election="lease").spec()
+
+
+def test_kube_vip_on_the_bed_gets_the_beds_lease_timing_in_whole_seconds(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    import pytest
+
+    from vipd.lab.kubebed.bed import BedKubeVip, Timing
+    from vipd.lab.topology import VIP4, LabError, Node
+
+    node = Node(name="n2", index=2, ns="x-n2", ipv4="10.77.0.12", ipv6="fd77::12", port="x-p2")
+    bed: Any = SimpleNamespace(
+        lab=SimpleNamespace(workdir=tmp_path, nodes=[node]),
+        bins=Path("/kube"),
+        timing=Timing(5, 3.0, 1.0),
+    )
+    argv = BedKubeVip(bed, node).argv(Path("/k/config"))
+    assert argv[:2] == ["/kube/kube-vip", "manager"]
+    assert {"--controlplane", "--arp", "--leaderElection"} <= set(argv)
+    opts = dict(itertools.pairwise(argv))
+    assert opts["--address"] == VIP4 and opts["--interface"] == "eth0"
+    timing = (opts["--leaseDuration"], opts["--leaseRenewDuration"], opts["--leaseRetry"])
+    assert timing == ("5", "3", "1")
+    assert opts["--nodeName"] == "n2" and opts["--k8sConfigPath"] == "/k/config"
+    bed.timing = Timing(5, 3.0, 0.5)
+    with pytest.raises(LabError, match="whole seconds"):
+        BedKubeVip(bed, node).argv(Path("/k/config"))

@@ -259,6 +259,38 @@ def test_kubeadm_flow_withdrawn_claims_are_not_moves_and_the_report_renders() ->
     assert "n1 +VIP" in text and text.endswith("ok")
 
 
+def test_kubeadm_flow_a_problem_steps_logs_are_its_window_of_every_node_in_time_order() -> None:
+    from vipd.lab import kubeadm_flow
+    from vipd.lab.kubeadm_flow import Step, render, step_logs
+    from vipd.lab.kubelet_bed.podlogs import LogLine
+
+    # Monotonic 100.0 is POSIX 5100.0: the step runs from 5100.0 to 5103.0.
+    step = Step("adopt", "n2", 3.0, ["n1"], ["n3"], [("n3", 1.0)], 1, 0.2, 3, 10, 1, start=100.0)
+    lines = [
+        LogLine("n3", "kube-system_vipd-n3_u3", 5101.0, '{"msg": "became active"}'),
+        LogLine("n1", "kube-system_vipd-n1_u1", 5099.9, "before the step"),
+        LogLine("n1", "kube-system_vipd-n1_u1", 5100.5, '{"msg": "became backup"}'),
+        LogLine("n2", "kube-system_vipd-n2_u2", 5103.1, "after the step"),
+    ]
+    got = step_logs(step, lines, offset=5000.0)
+    assert got == [
+        '+0.500 s n1: {"msg": "became backup"}',
+        '+1.000 s n3: {"msg": "became active"}',
+    ]
+    many = [LogLine("n1", "p", 5100.0 + i / 1000, f"line {i}") for i in range(500)]
+    kept = step_logs(step, many, offset=5000.0)
+    assert len(kept) == kubeadm_flow.STEP_LOG_LINES and kept[-1].endswith("line 499")
+    text = render(
+        {
+            "lab": {"kubernetes": "v1.37.2"},
+            "adopt": [vars(step)],
+            "logs": [{"step": "adopt n2", "lines": got}],
+            "summary": {"ok": False, "problems": step.problems()},
+        }
+    )
+    assert "vipd logs of adopt n2:\n+0.500 s n1:" in text
+
+
 def test_kubeadm_flow_holders_replay_and_roll_windows() -> None:
     from vipd.lab.addrwatch import AddrEvent
     from vipd.lab.kubeadm_flow import holders_at, roll_windows

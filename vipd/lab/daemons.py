@@ -39,8 +39,8 @@ import yaml
 
 from vipd.lab.topology import Lab, LabError, Node, python_argv, python_env
 
-DaemonKind = Literal["vipd", "keepalived"]
-KINDS: tuple[DaemonKind, ...] = ("vipd", "keepalived")
+DaemonKind = Literal["vipd", "keepalived", "kube-vip"]
+KINDS: tuple[DaemonKind, ...] = ("vipd", "keepalived")  # VRRP; kube-vip: the Kubernetes bed
 
 STATE_RE = re.compile(r"\((\S+)\) Entering (MASTER|BACKUP|FAULT) STATE")
 # vipd logs role changes as logfmt `msg="became active"`; read for diagnostics only.
@@ -268,6 +268,10 @@ class Daemon(ABC):
         """The daemon's own idea of its VRRP state, if it tells us; None otherwise."""
         return None
 
+    def election_started(self) -> bool:
+        """This start has joined its election (a Lease daemon: it campaigns now)."""
+        return True
+
     # -- per kind -----------------------------------------------------------------------
 
     @abstractmethod
@@ -343,6 +347,11 @@ class VipdDaemon(Daemon):
         log line; None if there is none."""
         found = VIPD_STATE_RE.findall(self.log_text())
         return found[-1].upper() if found else None
+
+    def election_started(self) -> bool:
+        """Lease mode: the agent's line once the Kubernetes client is imported and the
+        election runs (VRRP: at once)."""
+        return self.spec.lease is None or "lease election started" in self.log_text()
 
     def _env(self) -> dict[str, str]:
         return python_env({"NODE_NAME": self.node.name})

@@ -53,6 +53,7 @@ from vipd.lab.kubelet_bed.bed import (
 )
 from vipd.lab.kubelet_bed.clients import PodSeen
 from vipd.lab.kubelet_bed.node import MachineError
+from vipd.lab.kubelet_bed.podlogs import LogLine
 from vipd.lab.prober import Prober
 from vipd.lab.topology import LabError
 from vipd.vrrp.state import master_down_interval
@@ -65,6 +66,9 @@ OVERLAP_LIMIT = 0.1
 # 0.25 s (Lease and VRRP alike). A VIP left on two nodes by a real fault lasts seconds.
 OVERLAP_NOISE = 0.5
 POWER_LOSS_LIMIT = 60.0
+# A step with a problem carries every node's vipd log lines of its window in the report (the
+# last this many): what each node decided is the post-mortem, and the bed is gone after it.
+STEP_LOG_LINES = 200
 # On top of a protocol bound: a shared, noisy 2-core machine (as tests/netns/test_chaos.py).
 MARGIN = 0.5
 # Lease mode: the same, with three API servers and etcd members in the loop (as tests/kube).
@@ -199,6 +203,15 @@ def measure(
         start=start,
         kubectl_errors=errors,
     )
+
+
+def step_logs(step: Step, lines: Sequence[LogLine], offset: float) -> list[str]:
+    """The log lines in ``step``'s window (``offset``: POSIX time minus monotonic) as
+    ``+seconds-into-the-step node: line``, oldest first, the last STEP_LOG_LINES of them."""
+    start = step.start + offset
+    end = start + step.took_s
+    inside = sorted((ln for ln in lines if start <= ln.at <= end), key=lambda ln: ln.at)
+    return [f"+{ln.at - start:.3f} s {ln.node}: {ln.text}" for ln in inside][-STEP_LOG_LINES:]
 
 
 def adopt_all(bed: KubeletBed, watch: AddressWatch) -> list[Step]:
@@ -579,6 +592,15 @@ def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
             rolled = roll(bed, watch)
             report["roll"] = [_step_doc(s) for s in rolled]
             problems += [p for s in rolled for p in s.problems()]
+            if bed.pod_logs is not None:
+                time.sleep(2 * bed.pod_logs.interval)  # its thread read the steps' last lines
+                offset = time.time() - time.monotonic()
+                kept = bed.pod_logs.around(bed.machines, 0.0, time.time())
+                report["logs"] = [
+                    {"step": f"{s.kind} {s.node}", "lines": step_logs(s, kept, offset)}
+                    for s in [*steps, *rolled]
+                    if s.problems()
+                ]
             rebooted = reboot_leader(bed, watch)
             report["reboot"] = vars(rebooted)
             problems += rebooted.problems
@@ -671,6 +693,8 @@ def render(report: dict[str, Any]) -> str:
             f"later on {','.join(b_['holder_on_static'])}; image fixed: adopt removed the "
             f"manifest {b_['adopted_after_s']} s later, holder {','.join(b_['holders_after'])}",
         ]
+    for logs in report.get("logs", []):
+        lines += ["", f"vipd logs of {logs['step']}:", *logs["lines"]]
     back = report.get("power_loss", {}).get("readyz_through_vip_after_s")
     lines += ["", f"full power loss: /readyz through the VIP {back} s after power came back"]
     summary = report["summary"]

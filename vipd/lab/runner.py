@@ -47,6 +47,7 @@ from typing import Any
 from vipd.lab.analysis import Outage, answered, measure, percentiles, stable_on
 from vipd.lab.daemons import (
     KINDS,
+    Daemon,
     DaemonKind,
     Fleet,
     HealthSpec,
@@ -74,7 +75,11 @@ class Interrupted(KeyboardInterrupt):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
     parser.add_argument(
-        "--daemon", choices=KINDS, default="vipd", help="daemon to run on the nodes (default vipd)"
+        "--daemon",
+        choices=(*KINDS, "kube-vip"),
+        default="vipd",
+        help="daemon to run on the nodes (default vipd; kube-vip: with --election lease, "
+        "for a comparison on the same control plane)",
     )
     parser.add_argument(
         "--advert-interval",
@@ -214,9 +219,11 @@ class Options:
         if interval is None:
             interval = 1.0 if self.version == 2 else 0.1
         lease = None
+        if self.daemon == "kube-vip" and self.election != "lease":
+            raise ValueError("--daemon kube-vip runs with --election lease (it has no VRRP)")
         if self.election == "lease":
-            if self.daemon != "vipd":
-                raise ValueError("--election lease runs vipd only")
+            if self.daemon not in ("vipd", "kube-vip"):
+                raise ValueError("--election lease runs vipd or kube-vip")
             try:
                 d, r, p = (float(x) for x in self.lease_timing.split("/"))
             except ValueError:
@@ -525,7 +532,7 @@ class _Session:
             # A restarted vipd imports the kubernetes client before it can take part; the next
             # round must not start before it does (a failover with no candidate is not one).
             d = rig.daemon
-            self.wait_for(lambda: "lease election started" in d.log_text(), 4 * START_GRACE)
+            self.wait_for(d.election_started, 4 * START_GRACE)
         rnd.t_end = time.monotonic()
         rnd.holders_after_convergence = self.lab.holders(self.vip)
         if rnd.reconverged:
@@ -563,17 +570,24 @@ class _KubeSession(_Session):
     """
 
     def __init__(self, bed: Any, opts: Options, spec: VrrpSpec) -> None:
-        from vipd.lab.kubebed.bed import WHO_PORT
+        from vipd.lab.kubebed.bed import WHO_PORT, BedKubeVip
 
         self.bed = bed
         self.lab = bed.lab
         self.opts = opts
         self.spec = spec
         self.vip = spec.vip
-        self.fleet = Fleet("vipd", spec, {n: p.vipd for n, p in bed.procs.items()})
+        daemons: dict[str, Daemon] = {n: p.vipd for n, p in bed.procs.items()}
+        if opts.daemon == "kube-vip":
+            if not (bed.bins / "kube-vip").exists():
+                raise LabError(
+                    f"kube-vip is not built in {bed.bins}: scripts/setup-kube builds it when "
+                    "its module verifies (it says why it did not)"
+                )
+            daemons = {n.name: BedKubeVip(bed, n) for n in bed.nodes}
+        self.fleet = Fleet(opts.daemon, spec, daemons)
         self.rigs = {
-            n.name: NodeRig(n, bed.procs[n.name].vipd, bed.procs[n.name].responder)
-            for n in bed.nodes
+            n.name: NodeRig(n, daemons[n.name], bed.procs[n.name].responder) for n in bed.nodes
         }
         self.prober = Prober(
             self.lab,
@@ -626,7 +640,7 @@ def _start_bed(opts: Options, spec: VrrpSpec) -> Any:
         raise
     _log(
         f"Lease on {bed.apiserver_version} with {bed.etcd_version} (stacked: one member and "
-        f"one API server per node, vipd on each talking to its own) in {bed.startup_s:.1f} s"
+        f"one API server per node, {opts.daemon} on each talking to its own) in {bed.startup_s:.1f} s"
     )
     return bed
 

@@ -54,7 +54,7 @@ from typing import IO, Any
 
 import yaml
 
-from vipd.lab.daemons import VipdDaemon, VrrpSpec
+from vipd.lab.daemons import Daemon, DaemonKind, VipdDaemon, VrrpSpec
 from vipd.lab.faults import drop_address
 from vipd.lab.kubebed import binaries
 from vipd.lab.kubebed.beliefs import Beliefs
@@ -172,6 +172,9 @@ class BedVipd(VipdDaemon):
     def config(self) -> dict[str, Any]:
         return self.bed.vipd_config(self.node)
 
+    def election_started(self) -> bool:
+        return "lease election started" in self.log_text()
+
     def _env(self) -> dict[str, str]:
         extra = {"NODE_NAME": self.node.name}
         if self.faketime is not None:
@@ -183,6 +186,63 @@ class BedVipd(VipdDaemon):
                 "FAKETIME_DONT_RESET": "1",
             }
         return python_env(extra)
+
+
+# kube-vip's metrics listener (its default is vipd's port, which the bed's observers read).
+KUBE_VIP_METRICS = 2113
+# client-go's leader election logs this when kube-vip starts to campaign for its Lease.
+KUBE_VIP_CAMPAIGN = "attempting to acquire leader lease"
+
+
+class BedKubeVip(Daemon):
+    """kube-vip on a bed node, for a comparison in the same run: its control-plane VIP (ARP
+    mode, client-go leader election on the Lease ``plndr-cp-lock``), the bed's Lease timing
+    (whole seconds, its flags' unit), talking to its own API server at https://127.0.0.1:6443
+    with the bed's admin credentials (what it is allowed to do is not what is measured)."""
+
+    kind: DaemonKind = "kube-vip"
+
+    def __init__(self, bed: KubeBed, node: Node) -> None:
+        super().__init__(bed.lab, node, VrrpSpec(vip=VIP4), bed.lab.nodes)
+        self.bed = bed
+
+    def argv(self, kubeconfig: Path) -> list[str]:
+        t = self.bed.timing
+        return [
+            str(self.bed.bins / "kube-vip"), "manager",
+            "--controlplane", "--arp", "--leaderElection",
+            "--address", VIP4, "--vipSubnet", "32", "--interface", "eth0",
+            "--leaseDuration", _seconds(t.duration),
+            "--leaseRenewDuration", _seconds(t.renew_deadline),
+            "--leaseRetry", _seconds(t.retry_period),
+            "--k8sConfigPath", str(kubeconfig),
+            "--nodeName", self.node.name,
+            "--prometheusHTTPServer", f"127.0.0.1:{KUBE_VIP_METRICS}",
+        ]  # fmt: skip
+
+    @property
+    def home(self) -> Path:
+        return self.lab.workdir / f"{self.node.name}-kube-vip"
+
+    def _prepare(self) -> list[str]:
+        # Its manager's client reads /etc/kubernetes/admin.conf, else $HOME/.kube/config, else
+        # the in-cluster config (pkg/manager, v1.0.0); its election the --k8sConfigPath one.
+        path = self.home / ".kube" / "config"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.bed.local_admin_kubeconfig(path)
+        return self.argv(path)
+
+    def _env(self) -> dict[str, str]:
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home)}
+
+    def election_started(self) -> bool:
+        return KUBE_VIP_CAMPAIGN in self.log_text()
+
+
+def _seconds(value: float) -> str:
+    if value != int(value) or value < 1:
+        raise LabError(f"kube-vip takes its Lease timing in whole seconds (got {value})")
+    return str(int(value))
 
 
 @dataclass
@@ -372,6 +432,14 @@ class KubeBed:
             "contexts": [{"name": "bed", "context": {"cluster": "bed", "user": "user"}}],
             "current-context": "bed",
         }
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        os.chmod(path, 0o600)
+
+    def local_admin_kubeconfig(self, path: Path) -> None:
+        """The admin kubeconfig at ``path``, its server the node's own API server (run
+        inside the node's namespace)."""
+        doc = yaml.safe_load(self.admin_kubeconfig.read_text())
+        doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{API_PORT}"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         os.chmod(path, 0o600)
 
@@ -688,7 +756,7 @@ class KubeBed:
             if not p.vipd.running():
                 p.vipd.start()
         deadline = time.monotonic() + 60
-        while not all("lease election started" in p.vipd.log_text() for p in self.procs.values()):
+        while not all(p.vipd.election_started() for p in self.procs.values()):
             if time.monotonic() > deadline:
                 raise LabError("a vipd did not start its election\n" + self.vipd_report())
             time.sleep(0.1)
