@@ -640,7 +640,8 @@ def _start_bed(opts: Options, spec: VrrpSpec) -> Any:
         raise
     _log(
         f"Lease on {bed.apiserver_version} with {bed.etcd_version} (stacked: one member and "
-        f"one API server per node, {opts.daemon} on each talking to its own) in {bed.startup_s:.1f} s"
+        f"one API server per node, {opts.daemon} on each talking to its own) in "
+        f"{bed.startup_s:.1f} s"
     )
     return bed
 
