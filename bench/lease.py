@@ -340,7 +340,7 @@ def default_daemons() -> list[str]:
     from vipd.lab.kubebed import binaries
 
     try:
-        built = (binaries.find() / "kube-vip").exists()
+        built = binaries.kube_vip(binaries.find()) is not None
     except binaries.Missing:
         built = False
     if not built:

@@ -44,7 +44,7 @@ def test_lab_fault_apidown_in_lease_mode_on_kube_apiserver() -> None:
 
 def test_lab_runs_kube_vip_on_the_same_control_plane_for_a_comparison() -> None:
     why = usable()
-    if why is None and not (binaries.find() / "kube-vip").exists():
+    if why is None and binaries.kube_vip(binaries.find()) is None:
         why = f"kube-vip is not built in {binaries.find()} (scripts/setup-kube says why)"
     if why is not None:
         missing(why)

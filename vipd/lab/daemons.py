@@ -42,6 +42,8 @@ from vipd.lab.topology import Lab, LabError, Node, python_argv, python_env
 DaemonKind = Literal["vipd", "keepalived", "kube-vip"]
 KINDS: tuple[DaemonKind, ...] = ("vipd", "keepalived")  # VRRP; kube-vip: the Kubernetes bed
 
+# vipd's line once its Lease election runs (the Kubernetes client imported).
+LEASE_STARTED = "lease election started"
 STATE_RE = re.compile(r"\((\S+)\) Entering (MASTER|BACKUP|FAULT) STATE")
 # vipd logs role changes as logfmt `msg="became active"`; read for diagnostics only.
 VIPD_STATE_RE = re.compile(r'msg="?became (\w+)')
@@ -351,7 +353,7 @@ class VipdDaemon(Daemon):
     def election_started(self) -> bool:
         """Lease mode: the agent's line once the Kubernetes client is imported and the
         election runs (VRRP: at once)."""
-        return self.spec.lease is None or "lease election started" in self.log_text()
+        return self.spec.lease is None or LEASE_STARTED in self.log_text()
 
     def _env(self) -> dict[str, str]:
         return python_env({"NODE_NAME": self.node.name})

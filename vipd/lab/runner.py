@@ -570,6 +570,7 @@ class _KubeSession(_Session):
     """
 
     def __init__(self, bed: Any, opts: Options, spec: VrrpSpec) -> None:
+        from vipd.lab.kubebed import binaries
         from vipd.lab.kubebed.bed import WHO_PORT, BedKubeVip
 
         self.bed = bed
@@ -579,7 +580,7 @@ class _KubeSession(_Session):
         self.vip = spec.vip
         daemons: dict[str, Daemon] = {n: p.vipd for n, p in bed.procs.items()}
         if opts.daemon == "kube-vip":
-            if not (bed.bins / "kube-vip").exists():
+            if binaries.kube_vip(bed.bins) is None:
                 raise LabError(
                     f"kube-vip is not built in {bed.bins}: scripts/setup-kube builds it when "
                     "its module verifies (it says why it did not)"

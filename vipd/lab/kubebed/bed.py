@@ -54,7 +54,7 @@ from typing import IO, Any
 
 import yaml
 
-from vipd.lab.daemons import Daemon, DaemonKind, VipdDaemon, VrrpSpec
+from vipd.lab.daemons import LEASE_STARTED, Daemon, DaemonKind, VipdDaemon, VrrpSpec
 from vipd.lab.faults import drop_address
 from vipd.lab.kubebed import binaries
 from vipd.lab.kubebed.beliefs import Beliefs
@@ -173,7 +173,7 @@ class BedVipd(VipdDaemon):
         return self.bed.vipd_config(self.node)
 
     def election_started(self) -> bool:
-        return "lease election started" in self.log_text()
+        return LEASE_STARTED in self.log_text()  # the bed's vipd runs Lease mode only
 
     def _env(self) -> dict[str, str]:
         extra = {"NODE_NAME": self.node.name}
@@ -209,7 +209,7 @@ class BedKubeVip(Daemon):
     def argv(self, kubeconfig: Path) -> list[str]:
         t = self.bed.timing
         return [
-            str(self.bed.bins / "kube-vip"), "manager",
+            str(self.bed.bins / binaries.KUBE_VIP), "manager",
             "--controlplane", "--arp", "--leaderElection",
             "--address", VIP4, "--vipSubnet", "32", "--interface", "eth0",
             "--leaseDuration", _seconds(t.duration),

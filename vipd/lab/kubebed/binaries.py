@@ -3,7 +3,8 @@
 What it is: ``find()`` returns the directory holding kube-apiserver, kubectl, etcd and
 etcdctl (``$VIPD_KUBE_BIN``, else the newest complete set under ``$VIPD_KUBE_CACHE`` or
 ``/var/cache/vipd-kube``), or raises ``Missing`` saying what is missing where (``BUILD_COMMAND``
-builds them). ``version()`` asks a binary for its version.
+builds them). ``kube_vip()`` is kube-vip in such a directory when ``scripts/setup-kube``
+could build it (it is optional), else None. ``version()`` asks a binary for its version.
 
 What it must not do: build or download anything (``scripts/setup-kube`` does), or pick a
 directory that lacks one of the required binaries.
@@ -16,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 REQUIRED = ("kube-apiserver", "kubectl", "etcd", "etcdctl")
+KUBE_VIP = "kube-vip"  # optional: a benchmark peer
 DEFAULT_CACHE = "/var/cache/vipd-kube"
 BUILD_COMMAND = "scripts/setup-kube"
 
@@ -41,6 +43,12 @@ def find() -> Path:
     if not found:
         raise Missing(f"no complete kube-apiserver/kubectl/etcd/etcdctl build under {cache}")
     return found[-1]
+
+
+def kube_vip(directory: Path) -> Path | None:
+    """kube-vip beside the components in ``directory``, if it was built."""
+    path = directory / KUBE_VIP
+    return path if os.access(path, os.X_OK) else None
 
 
 def version(binary: Path) -> str:
