@@ -35,11 +35,14 @@ def test_vipd_lab_kubeadm_reports_the_clusters_life() -> None:
         capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
     print(run.stderr[-3000:])
+    post_mortem = ""
     with contextlib.suppress(json.JSONDecodeError):
-        # A problem step's vipd lines (the post-mortem), before the verdict.
+        # A problem step's vipd lines, last in the failure's message, where a CI excerpt
+        # (its head and tail) shows them.
         for logs in json.loads(run.stdout).get("logs", []):
-            print(f"vipd logs of {logs['step']}:", *logs["lines"], sep="\n")
-    assert run.returncode == 0, run.stderr[-4000:] + run.stdout[-2000:]
+            post_mortem += "\n".join([f"\nvipd logs of {logs['step']}:", *logs["lines"][-80:]])
+    print(post_mortem)
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-1500:] + post_mortem
     report = json.loads(run.stdout)
     assert report["summary"] == {"ok": True, "problems": []}
     init = report["init"]

@@ -126,6 +126,40 @@ def test_partitioned_leader_with_live_processes_steps_down_and_heals_cleanly() -
     assert longest_gap(sim, 5.0) <= 15 - 10 + 2 + 0.05
 
 
+@pytest.mark.parametrize("election", [1.0, 2.0, 3.0])
+@pytest.mark.parametrize("views", [False, True])
+def test_partitioned_leader_whose_etcd_member_led_etcd(election: float, views: bool) -> None:
+    """The partitioned (or dead) leader's etcd member led etcd: the survivors' API servers
+    answer nothing until their members elect a new leader (``election`` seconds). The
+    followers' reads failed, so each counts the unchanged record from its first good read
+    and binds a retry period and two requests after its write (the unreachable-store rule's
+    follower side): no holder for up to E + D - RD + 3 RP + 4 r from the step-down
+    (docs/design/lease-unreachable.md, fault 6), never two holders. Swept over the phase of
+    the leader's renewal."""
+    d, rd, rp = 5.0, 3.0, 1.0
+    r = short(rd, rp)
+    worst = 0.0
+    for tenth in range(10):
+        sim = Sim(NAMES, timing(d, rd, rp), arp=True, views=views)
+        t = 5.0 + tenth / 10
+        old = leader_after(sim, t)
+        sim.nodes[old].fault = "partition"
+        others = [n for n in NAMES if n != old]
+        for n in others:
+            sim.nodes[n].fault = "store-hang"
+        sim.run_until(t + election)
+        for n in others:
+            sim.nodes[n].fault = ""
+        sim.run_until(t + 40.0)
+        assert not sim.overlaps() and sim.overlap_time() == 0.0
+        assert len(sim.leaders()) == 1 and old not in sim.leaders()
+        gap = longest_gap(sim, t - 0.01)
+        assert gap <= election + d - rd + 3 * rp + 4 * r + 0.05, (tenth, gap)
+        worst = max(worst, gap)
+    # The rule costs something here: more than the undisturbed D - RD + RP in some phase.
+    assert worst > d - rd + rp + 0.05
+
+
 def test_stalled_leader_api_server_steps_down() -> None:
     """SIGSTOP of the leader's kube-apiserver: no answers at all (and no /readyz either)."""
     sim = Sim(NAMES, timing(15, 10, 2))

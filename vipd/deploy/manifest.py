@@ -75,6 +75,12 @@ KUBECONFIG_IN_POD = "/etc/kubernetes/admin.conf"
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
 SUPER_ADMIN_CONF = "/etc/kubernetes/super-admin.conf"
 DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
+# The CPU request sets the container's CPU weight when the node is saturated (cgroup v1
+# cpu.shares = millicores * 1024 / 1000), not just what the scheduler reserves. At 10m (weight 10
+# beside kube-apiserver's 256) a 20 ms burst on a saturated node stretched to ~200 ms, most of a
+# 0.1 s advert's Master_Down_Interval; at 100m (etcd's and kube-scheduler's request) a 0.1 s tick
+# stayed within 3 ms of its time (bench/cpu_weight.py).
+CPU_REQUEST = "100m"
 NAME = "vipd"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 # Added to vipd's own stop deadline for the grace period: Python's exit, the kubelet's
@@ -278,7 +284,7 @@ def _vipd_container(
         ),
         "livenessProbe": _probe(p, "/healthz", 10, 3),
         "readinessProbe": _probe(p, "/readyz", 2, 1),
-        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
+        "resources": {"requests": {"cpu": CPU_REQUEST, "memory": "64Mi"}},
         "securityContext": _security_context(caps=True),
     }
     # The root filesystem is read-only; the Kubernetes client writes a kubeconfig's embedded

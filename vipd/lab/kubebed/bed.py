@@ -844,6 +844,42 @@ class KubeBed:
                 raise LabError(f"etcdctl put: {proc.stderr.strip()}")
         raise LabError(f"etcd took {limit} MiB without raising NOSPACE (quota {self.quota_bytes})")
 
+    def _etcd_status(self, name: str) -> tuple[int, int]:
+        """(this member's ID, the leader's ID) as ``name``'s etcd member reports them."""
+        status = json.loads(self.etcdctl("endpoint", "status", "-w", "json", on=name).stdout)
+        st = status[0]["Status"]
+        return int(st["header"]["member_id"]), int(st["leader"])
+
+    def etcd_leads(self, name: str) -> bool:
+        """Does ``name``'s etcd member lead the cluster now (its own status says so)?"""
+        member, leader = self._etcd_status(name)
+        return member == leader
+
+    def move_etcd_leader(self, to: str) -> None:
+        """Make ``to``'s etcd member the leader (``etcdctl move-leader``, sent to the current
+        leader's member), and wait until ``to`` reports it."""
+        if self.etcd_leads(to):
+            return
+        target, _ = self._etcd_status(to)
+        leader = next(n.name for n in self.nodes if n.name != to and self.etcd_leads(n.name))
+        self.etcdctl("move-leader", f"{target:x}", on=leader)
+        deadline = time.monotonic() + 10
+        while not self.etcd_leads(to):
+            if time.monotonic() > deadline:
+                raise LabError(f"etcd leadership did not move to {to} within 10 s")
+            time.sleep(0.2)
+
+    def lease_readable(self, name: str) -> bool:
+        """One read of the Lease through ``name``'s API server, answered within a second."""
+        try:
+            proc = self.kubectl(
+                "get", "lease", "-n", LEASE[0], LEASE[1], "-o", "name",
+                via=name, check=False, timeout=2,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return False
+        return proc.returncode == 0
+
     def alarms(self) -> str:
         return self.etcdctl("alarm", "list").stdout.strip()
 
