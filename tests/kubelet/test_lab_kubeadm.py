@@ -41,6 +41,7 @@ def test_vipd_lab_kubeadm_reports_the_clusters_life() -> None:
         # (its head and tail) shows them.
         for logs in json.loads(run.stdout).get("logs", []):
             post_mortem += "\n".join([f"\nvipd logs of {logs['step']}:", *logs["lines"][-80:]])
+            post_mortem += "\n".join(["\nVRRP adverts on the bridge:", *logs.get("wire", [])])
     print(post_mortem)
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-1500:] + post_mortem
     report = json.loads(run.stdout)

@@ -291,6 +291,54 @@ def test_kubeadm_flow_a_problem_steps_logs_are_its_window_of_every_node_in_time_
     assert "vipd logs of adopt n2:\n+0.500 s n1:" in text
 
 
+def test_kubeadm_flow_a_problem_steps_wire_names_who_advertised_and_the_longest_silence() -> None:
+    import ipaddress
+
+    from vipd.lab.kubeadm_flow import Step, render, step_wire
+    from vipd.lab.wire import WireAdvert
+
+    def advert(ts: float, sender: str, priority: int = 100) -> WireAdvert:
+        src = ipaddress.ip_address({"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}[sender])
+        return WireAdvert(
+            ts, sender, src, ipaddress.ip_address("224.0.0.18"), 255, True, 3, 1, 51,
+            priority, 1, 0, 0.1, (ipaddress.ip_address("10.0.0.100"),), b"", 12, True,
+        )  # fmt: skip
+
+    # Monotonic 100.0 is POSIX 5100.0: the step runs from 5100.0 to 5103.0. n1 advertises
+    # every 0.1 s, stalls 0.45 s from 5101.0, n2 takes over at 5101.40; n3 resigns once.
+    adverts = [advert(5099.9, "n1")]
+    adverts += [advert(5100.0 + i / 10, "n1") for i in range(11)]
+    adverts += [advert(5101.3, "n3", 0), advert(5101.45, "n1")]
+    adverts += [advert(5101.4 + i / 10, "n2") for i in range(1, 5)]
+    adverts.append(advert(5103.2, "n2"))  # after the step
+    adverts.sort(key=lambda a: a.ts)
+    step = Step("adopt", "n3", 3.0, ["n1"], ["n2"], [("n2", 1.4)], 1, 0.2, 3, 10, 0, start=100.0)
+    got = step_wire(step, adverts, offset=5000.0)
+    assert got == [
+        "+0.000 s n1 advertises, priority 100",
+        "+1.300 s n3 advertises, priority 0",
+        "+1.450 s n1 advertises, priority 100",
+        "+1.500 s n2 advertises, priority 100",
+        "n1: 12 adverts, longest silence 100 ms from +0.000 s",
+        "n2: 4 adverts, longest silence 100 ms from +1.500 s",
+        "n3: 1 adverts",
+    ], got
+    # n1's silence across n3's priority 0 (someone else in between) is not counted as its
+    # own; alone, the 0.45 s stall is.
+    alone = [a for a in adverts if a.sender == "n1"]
+    assert "n1: 12 adverts, longest silence 450 ms from +1.000 s" in step_wire(
+        step, alone, offset=5000.0
+    )
+    text = render(
+        {
+            "lab": {"kubernetes": "v1.37.2"},
+            "logs": [{"step": "adopt n3", "lines": [], "wire": got}],
+            "summary": {"ok": False, "problems": step.problems()},
+        }
+    )
+    assert "VRRP adverts on the bridge in adopt n3:\n+0.000 s n1 advertises" in text
+
+
 def test_kubeadm_flow_holders_replay_and_roll_windows() -> None:
     from vipd.lab.addrwatch import AddrEvent
     from vipd.lab.kubeadm_flow import holders_at, roll_windows

@@ -56,6 +56,7 @@ from vipd.lab.kubelet_bed.node import MachineError
 from vipd.lab.kubelet_bed.podlogs import LogLine
 from vipd.lab.prober import Prober
 from vipd.lab.topology import LabError
+from vipd.lab.wire import Capture, WireAdvert
 from vipd.vrrp.state import master_down_interval
 
 # A graceful handover's make-before-break overlap (docs/design): at most this on a machine
@@ -212,6 +213,36 @@ def step_logs(step: Step, lines: Sequence[LogLine], offset: float) -> list[str]:
     end = start + step.took_s
     inside = sorted((ln for ln in lines if start <= ln.at <= end), key=lambda ln: ln.at)
     return [f"+{ln.at - start:.3f} s {ln.node}: {ln.text}" for ln in inside][-STEP_LOG_LINES:]
+
+
+def step_wire(step: Step, adverts: Sequence[WireAdvert], offset: float) -> list[str]:
+    """The VRRP adverts on the bridge in ``step``'s window (``offset``: POSIX time minus
+    monotonic), as the post-mortem of a VIP that moved: every change of sender (who
+    advertised, at which priority, ``+seconds-into-the-step``), then each sender's count and
+    its longest silence between two of its own adverts with nobody else's in between (a
+    Master that stalled, when that is near the backups' Master_Down_Interval)."""
+    start = step.start + offset
+    inside = [a for a in adverts if start <= a.ts <= start + step.took_s]
+    out: list[str] = []
+    last: WireAdvert | None = None
+    for a in inside:
+        if last is None or a.sender != last.sender or (a.priority == 0) != (last.priority == 0):
+            out.append(f"+{a.ts - start:.3f} s {a.sender} advertises, priority {a.priority}")
+        last = a
+    for sender in sorted({a.sender for a in inside}):
+        # In whole milliseconds, the first of equal ones.
+        gaps = [
+            (round((b.ts - a.ts) * 1000), -(a.ts - start))
+            for a, b in itertools.pairwise(inside)
+            if a.sender == b.sender == sender and a.priority and b.priority
+        ]
+        count = sum(a.sender == sender for a in inside)
+        if gaps:
+            gap_ms, at = max(gaps)
+            out.append(f"{sender}: {count} adverts, longest silence {gap_ms} ms from +{-at:.3f} s")
+        else:
+            out.append(f"{sender}: {count} adverts")
+    return out
 
 
 def adopt_all(bed: KubeletBed, watch: AddressWatch) -> list[Step]:
@@ -568,6 +599,10 @@ def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
         report["lab"].update({"kubernetes": bed.version, "workdir": str(bed.lab.workdir)})
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()
+        # VRRP: the adverts on the bridge, read back only for a step with a problem.
+        wire = Capture(bed.lab, bed.lab.nodes) if election == "vrrp" else None
+        if wire is not None:
+            wire.start()
         wall0 = time.time()
         mono0 = time.monotonic()
         try:
@@ -596,11 +631,19 @@ def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
                 time.sleep(2 * bed.pod_logs.interval)  # its thread read the steps' last lines
                 offset = time.time() - time.monotonic()
                 kept = bed.pod_logs.around(bed.machines, 0.0, time.time())
+                adverts = wire.adverts() if wire is not None else []
                 report["logs"] = [
-                    {"step": f"{s.kind} {s.node}", "lines": step_logs(s, kept, offset)}
+                    {
+                        "step": f"{s.kind} {s.node}",
+                        "lines": step_logs(s, kept, offset),
+                        "wire": step_wire(s, adverts, offset),
+                    }
                     for s in [*steps, *rolled]
                     if s.problems()
                 ]
+            if wire is not None:
+                wire.stop()
+                wire = None
             rebooted = reboot_leader(bed, watch)
             report["reboot"] = vars(rebooted)
             problems += rebooted.problems
@@ -631,6 +674,8 @@ def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
                     pass
         finally:
             watch.stop()
+            if wire is not None:
+                wire.stop()
         overlaps = [o for o in watch.overlaps() if o.duration > OVERLAP_LIMIT + OVERLAP_NOISE]
         problems += [f"two holders for {o.duration:.3f} s" for o in overlaps]
         notes = [(t - mono0, what) for t, what in bed.events]
@@ -695,6 +740,8 @@ def render(report: dict[str, Any]) -> str:
         ]
     for logs in report.get("logs", []):
         lines += ["", f"vipd logs of {logs['step']}:", *logs["lines"]]
+        if logs.get("wire"):
+            lines += [f"VRRP adverts on the bridge in {logs['step']}:", *logs["wire"]]
     back = report.get("power_loss", {}).get("readyz_through_vip_after_s")
     lines += ["", f"full power loss: /readyz through the VIP {back} s after power came back"]
     summary = report["summary"]
