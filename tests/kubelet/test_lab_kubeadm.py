@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,13 @@ from vipd.lab.kubelet_bed.bed import usable
 from vipd.lab.topology import python_argv
 
 pytestmark = pytest.mark.kubelet
+
+
+def _kubectl_saw(step: dict[str, Any]) -> bool:
+    """kubectl through the VIP was at work in the step: a try began in it, or one begun just
+    before was still running (a try that hangs to its 5 s timeout covers a short roll step
+    whole; it is counted, failure and all, in the step it began in)."""
+    return step["kubectl_tries"] > 0 or bool(step["kubectl_in_flight"])
 
 
 def test_vipd_lab_kubeadm_reports_the_clusters_life() -> None:
@@ -54,18 +62,20 @@ def test_vipd_lab_kubeadm_reports_the_clusters_life() -> None:
     holder = steps[0]["before"]
     assert len(holder) == 1 and steps[-1]["node"] == holder[0]  # the holder last
     for s in steps:
-        assert s["moves"] <= 1 and len(s["after"]) == 1, s
+        shown = json.dumps(s)
+        assert s["moves"] <= 1 and len(s["after"]) == 1, shown
         if s["node"] != holder[0]:
-            assert s["moves"] == 0 and s["after"] == s["before"], s
+            assert s["moves"] == 0 and s["after"] == s["before"], shown
         assert s["gap_s"] >= 0
-        assert s["kubectl_tries"] > 0 and s["kubectl_failed"] <= s["kubectl_allowed"], s
+        assert _kubectl_saw(s) and s["kubectl_failed"] <= s["kubectl_allowed"], shown
     rolled = report["roll"]
     assert sorted(s["node"] for s in rolled) == ["n1", "n2", "n3"]
     for s in rolled:
-        assert s["moves"] <= 1 and len(s["after"]) == 1, s
+        shown = json.dumps(s)
+        assert s["moves"] <= 1 and len(s["after"]) == 1, shown
         if s["node"] not in s["before"]:
-            assert s["moves"] == 0 and s["after"] == s["before"], s
-        assert s["kubectl_tries"] > 0 and s["kubectl_failed"] <= s["kubectl_allowed"], s
+            assert s["moves"] == 0 and s["after"] == s["before"], shown
+        assert _kubectl_saw(s) and s["kubectl_failed"] <= s["kubectl_allowed"], shown
     reboot = report["reboot"]
     assert reboot["problems"] == [] and reboot["new_holder"] != [reboot["node"]]
     assert 0 < reboot["vip_left_after_s"] <= reboot["failover_bound_s"]

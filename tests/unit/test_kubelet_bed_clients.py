@@ -117,3 +117,35 @@ def test_a_kubectl_try_in_flight_at_the_steps_end_is_waited_for_and_counted() ->
     finally:
         release.set()
         loop.stop()
+
+
+def test_readyz_loop_names_the_try_in_flight_across_a_steps_start() -> None:
+    """A try that began before a short step and hung across its start is that step's only
+    kubectl: ``in_flight_at`` names it (it is counted in the step it began in)."""
+    release = threading.Event()
+    calls: list[float] = []
+
+    def readyz(timeout: float) -> str:
+        calls.append(timeout)
+        if len(calls) == 1:
+            release.wait(5.0)
+            return "exit 1: timed out"
+        return ""
+
+    loop = ReadyzLoop(readyz, interval=0.01, timeout=1.0)
+    before = time.monotonic()
+    loop.start()
+    while not calls:
+        time.sleep(0.001)
+    time.sleep(0.02)
+    start = time.monotonic()  # the step begins while the first try hangs
+    end = start + 0.01
+    threading.Timer(0.1, release.set).start()
+    try:
+        assert loop.tries(start, end) == []  # none began in the step
+        (hung,) = loop.in_flight_at(start)
+        assert before <= hung.start < start < hung.end and "timed out" in hung.error
+        assert loop.in_flight_at(before) == []
+    finally:
+        release.set()
+        loop.stop()

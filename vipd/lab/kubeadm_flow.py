@@ -97,16 +97,22 @@ def client_gap(prober: Prober, start: float, end: float) -> tuple[float, int]:
     return gap, sum(1 for a in tries if not a.ok)
 
 
-def clients_seen(bed: KubeletBed, start: float, end: float) -> tuple[float, int, int, list[str]]:
+def clients_seen(
+    bed: KubeletBed, start: float, end: float
+) -> tuple[float, int, int, list[str], list[str]]:
     """Between monotonic ``start`` and ``end``: the TCP prober's longest span between answers
     (s, rounded) and its failed connects, then kubectl's ``/readyz`` tries and what each
-    failed one said (``+t s (took d s): why``, t from ``start``)."""
+    failed one said (``+t s (took d s): why``, t from ``start``), and the try in flight when
+    the step began (begun in the step before, where it is counted), as ``-t s (took d s):
+    ok`` or its error."""
     assert bed.prober is not None and bed.kubectl_loop is not None
     gap, failed = client_gap(bed.prober, start, end)
     tries = bed.kubectl_loop.tries(start, end)
     errors = [f"+{t.start - start:.1f} s (took {t.end - t.start:.1f} s): {t.error}"
               for t in tries if not t.ok]  # fmt: skip
-    return round(gap, 4), failed, len(tries), errors
+    in_flight = [f"-{start - t.start:.1f} s (took {t.end - t.start:.1f} s): {t.error or 'ok'}"
+                 for t in bed.kubectl_loop.in_flight_at(start)]  # fmt: skip
+    return round(gap, 4), failed, len(tries), errors, in_flight
 
 
 def holders_at(initial: frozenset[str], events: Sequence[AddrEvent], at: float) -> list[str]:
@@ -144,6 +150,9 @@ class Step:
     static_exit: int | None = None
     static_to_daemonset_s: float | None = None
     kubectl_errors: list[str] = field(default_factory=list)  # the failed tries, as said
+    # A try begun before the step and still running when it began (counted in the step it
+    # began in): what a short step had when one try hung across all of it.
+    kubectl_in_flight: list[str] = field(default_factory=list)
 
     def kubectl_allowed(self) -> int:
         """Failed kubectl tries the step may have: one per VIP move (the connection the move
@@ -187,7 +196,7 @@ def measure(
     w_start, w_end = start + offset, end + offset
     events = [e for e in watch.events if w_start <= e.at <= w_end]
     claims = [e for e in events if e.added]
-    gap, failed, tries, errors = clients_seen(bed, start, end)
+    gap, failed, tries, errors, in_flight = clients_seen(bed, start, end)
     every = list(watch.events)
     return Step(
         kind=kind,
@@ -203,6 +212,7 @@ def measure(
         kubectl_failed=len(errors),
         start=start,
         kubectl_errors=errors,
+        kubectl_in_flight=in_flight,
     )
 
 
@@ -458,7 +468,7 @@ def reboot_leader(bed: KubeletBed, watch: AddressWatch, timeout: float = 180.0) 
     if back is None:
         problems.append(f"reboot {node}: not Ready with its vipd pod in {timeout:.0f} s")
     time.sleep(1)
-    gap, failed, tries, errors = clients_seen(bed, t0, time.monotonic())
+    gap, failed, tries, errors, _ = clients_seen(bed, t0, time.monotonic())
     holders = bed.holders()
     if len(holders) != 1:
         problems.append(f"reboot {node}: holders {holders} after it")

@@ -92,6 +92,12 @@ class ReadyzLoop:
                 self._done.wait(left)
             return [t for t in self._tries if start <= t.start <= end]
 
+    def in_flight_at(self, at: float) -> list[KubectlTry]:
+        """The finished attempts that started before ``at`` and ended after it: one that hung
+        across a whole short step is the step's only attempt, though it began before it."""
+        with self._lock:
+            return [t for t in self._tries if t.start < at < t.end]
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
