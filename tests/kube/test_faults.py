@@ -38,6 +38,7 @@ from tests.kube.conftest import GAP_LIMIT, MARGIN, TIMING, Window
 from vipd.lab.faults import drop_address
 from vipd.lab.kubebed.bed import KubeBed
 from vipd.lab.topology import VIP4
+from vipd.lease.logic import REQUEST_FRACTION
 
 pytestmark = pytest.mark.kube
 
@@ -45,8 +46,9 @@ D, R, P = TIMING.duration, TIMING.renew_deadline, TIMING.retry_period
 # Long enough for a follower to acquire if it is going to: the leader's last renewal, the
 # renew deadline, the lease duration, a retry period and slack.
 HOLD = D + R + 2 * P + 2
-# A follower's request timeout (vipd.lease.logic: the cap is half the renew deadline).
-SHORT = max(0.2, min(max(0.2, R / 2), P))
+# vipd.lease.logic's request timeouts: a leader's cap, and a follower's (r in the design doc).
+CAP = max(0.2, R * REQUEST_FRACTION)
+SHORT = max(0.2, min(CAP, P))
 
 
 def _recover(bed: KubeBed, window: Window, label: str) -> None:
@@ -129,8 +131,7 @@ def test_4_nospace_alarm_writes_fail_reads_served(bed: KubeBed, window: Window) 
     # Lease back in the reclaim round, once every follower's expiry has passed: the design's
     # bound for that gap (docs/design/lease-unreachable.md, fault 4) is
     # cap + D - RD + 3 RP + 7 r, with cap a leader's request timeout and r a follower's.
-    cap = max(0.2, R / 2)
-    window.check(gap_limit=cap + D - R + 3 * P + 7 * SHORT + MARGIN)
+    window.check(gap_limit=CAP + D - R + 3 * P + 7 * SHORT + MARGIN)
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ What it tests: ``KubeletBed.readyz_error`` on kube-apiserver's ``/readyz?verbose
 check list ending in ``readyz check passed``, a failing check, a refused connection, a
 kubectl that did not end) and ``KubeletBed.rollout_status`` run again after a connection
 reset at a VIP move, but not after any other failure; ``ReadyzLoop.tries`` waits for a try
-still in flight at a step's end.
+still in flight at a step's end, and ``ReadyzLoop.in_flight_at`` names one in flight across a
+step's start.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ def test_rollout_status_raises_any_other_failure() -> None:
     assert len(b.lab.argvs) == 1  # type: ignore[attr-defined]
 
 
-def test_a_kubectl_try_in_flight_at_the_steps_end_is_waited_for_and_counted() -> None:
-    """A try that hangs across a VIP move and ends after its step must not vanish from it."""
+def hanging_first_try(error: str) -> tuple[ReadyzLoop, threading.Event, list[float]]:
+    """A ReadyzLoop (not started) whose first try hangs until the event is set, then fails
+    with ``error``; every later try answers ok. The list gets each try's timeout."""
     release = threading.Event()
     calls: list[float] = []
 
@@ -100,10 +102,15 @@ def test_a_kubectl_try_in_flight_at_the_steps_end_is_waited_for_and_counted() ->
         calls.append(timeout)
         if len(calls) == 1:
             release.wait(5.0)
-            return "exit 1: the connection was reset"
+            return error
         return ""
 
-    loop = ReadyzLoop(readyz, interval=0.01, timeout=1.0)
+    return ReadyzLoop(readyz, interval=0.01, timeout=1.0), release, calls
+
+
+def test_a_kubectl_try_in_flight_at_the_steps_end_is_waited_for_and_counted() -> None:
+    """A try that hangs across a VIP move and ends after its step must not vanish from it."""
+    loop, release, calls = hanging_first_try("exit 1: the connection was reset")
     start = time.monotonic()
     loop.start()
     while not calls:
@@ -122,17 +129,7 @@ def test_a_kubectl_try_in_flight_at_the_steps_end_is_waited_for_and_counted() ->
 def test_readyz_loop_names_the_try_in_flight_across_a_steps_start() -> None:
     """A try that began before a short step and hung across its start is that step's only
     kubectl: ``in_flight_at`` names it (it is counted in the step it began in)."""
-    release = threading.Event()
-    calls: list[float] = []
-
-    def readyz(timeout: float) -> str:
-        calls.append(timeout)
-        if len(calls) == 1:
-            release.wait(5.0)
-            return "exit 1: timed out"
-        return ""
-
-    loop = ReadyzLoop(readyz, interval=0.01, timeout=1.0)
+    loop, release, calls = hanging_first_try("exit 1: timed out")
     before = time.monotonic()
     loop.start()
     while not calls:

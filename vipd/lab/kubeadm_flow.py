@@ -641,15 +641,15 @@ def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
                 time.sleep(2 * bed.pod_logs.interval)  # its thread read the steps' last lines
                 offset = time.time() - time.monotonic()
                 kept = bed.pod_logs.around(bed.machines, 0.0, time.time())
-                adverts = wire.adverts() if wire is not None else []
+                faulty = [s for s in [*steps, *rolled] if s.problems()]
+                adverts = wire.adverts() if wire is not None and faulty else []
                 report["logs"] = [
                     {
                         "step": f"{s.kind} {s.node}",
                         "lines": step_logs(s, kept, offset),
                         "wire": step_wire(s, adverts, offset),
                     }
-                    for s in [*steps, *rolled]
-                    if s.problems()
+                    for s in faulty
                 ]
             if wire is not None:
                 wire.stop()

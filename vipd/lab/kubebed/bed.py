@@ -844,23 +844,24 @@ class KubeBed:
                 raise LabError(f"etcdctl put: {proc.stderr.strip()}")
         raise LabError(f"etcd took {limit} MiB without raising NOSPACE (quota {self.quota_bytes})")
 
-    def _etcd_status(self, name: str) -> tuple[int, int]:
-        """(this member's ID, the leader's ID) as ``name``'s etcd member reports them."""
+    def _etcd_status(self, name: str | None = None) -> dict[str, Any]:
+        """``etcdctl endpoint status`` of one member (default n1's): its ``Status``."""
         status = json.loads(self.etcdctl("endpoint", "status", "-w", "json", on=name).stdout)
-        st = status[0]["Status"]
-        return int(st["header"]["member_id"]), int(st["leader"])
+        st: dict[str, Any] = status[0]["Status"]
+        return st
 
     def etcd_leads(self, name: str) -> bool:
         """Does ``name``'s etcd member lead the cluster now (its own status says so)?"""
-        member, leader = self._etcd_status(name)
-        return member == leader
+        st = self._etcd_status(name)
+        return int(st["header"]["member_id"]) == int(st["leader"])
 
     def move_etcd_leader(self, to: str) -> None:
         """Make ``to``'s etcd member the leader (``etcdctl move-leader``, sent to the current
         leader's member), and wait until ``to`` reports it."""
-        if self.etcd_leads(to):
+        st = self._etcd_status(to)
+        target = int(st["header"]["member_id"])
+        if target == int(st["leader"]):
             return
-        target, _ = self._etcd_status(to)
         leader = next(n.name for n in self.nodes if n.name != to and self.etcd_leads(n.name))
         self.etcdctl("move-leader", f"{target:x}", on=leader)
         deadline = time.monotonic() + 10
@@ -886,8 +887,7 @@ class KubeBed:
     def disarm_etcd(self) -> None:
         """Undo ``fill_etcd``: delete the filler, compact, defragment every member, disarm."""
         self.etcdctl("del", "--prefix", FILL_PREFIX)
-        status = json.loads(self.etcdctl("endpoint", "status", "-w", "json").stdout)
-        revision = int(status[0]["Status"]["header"]["revision"])
+        revision = int(self._etcd_status()["header"]["revision"])
         self.etcdctl("compaction", str(revision), check=False)
         for node in self.nodes:
             self.etcdctl("defrag", on=node.name, timeout=60)
