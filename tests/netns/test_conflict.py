@@ -128,7 +128,6 @@ def test_a_foreign_claim_while_leading_is_counted_logged_and_defended(
     while daemons[1].state() != "BACKUP" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert daemons[1].state() == "BACKUP", daemons[1].log_tail()
-    assert "another node claims the VIP" not in daemons[0].log_text(), daemons[0].log_text()
     client_mac = mac_of(lab, lab.client_ns)
 
     def claims() -> float:
