@@ -17,8 +17,9 @@ This module also holds ``Prober``, the lab-side handle that runs it and collects
 
 With ``--realtime`` it runs under SCHED_FIFO (priority ``REALTIME_PRIORITY``): on a lab whose
 nodes share the client's cores with busy API servers, the client would otherwise measure its
-own lost time slices as gaps, where a real client sits on another machine. It only sleeps in
-``select`` between connects, so the class cannot let it take a core from the nodes.
+own lost time slices as gaps, where a real client sits on another machine. Between connects
+it only sleeps (in ``select``, and in ``time.sleep`` for the part of a wait under a millisecond,
+which ``select`` would round up), so the class cannot let it take a core from the nodes.
 
 What it must not do: retry (a TCP SYN retransmission would take 1 s and blur the very gap we
 measure; a failed attempt is just reported), burst to catch up after a stall (the schedule
