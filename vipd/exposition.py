@@ -433,6 +433,18 @@ class Registry:
     def __init__(self) -> None:
         self._families: list[Family] = []
         self._names: set[str] = set()
+        # Run before each exposition (the HTTP thread), by name: what brings counters up to
+        # date that are updated lazily (a VRRP Backup's quiet copies).
+        self._before: dict[str, Callable[[], None]] = {}
+
+    def before_expose(self, name: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` before each ``expose`` and ``get_sample_value``; one per ``name``."""
+        self._before[name] = fn
+
+    def forget_before_expose(self, name: str, fn: Callable[[], None]) -> None:
+        """No longer run ``fn`` (if another took its name since, that one stays)."""
+        if self._before.get(name) == fn:
+            del self._before[name]
 
     def register(self, family: Family) -> None:
         if family.name in self._names:
@@ -445,6 +457,8 @@ class Registry:
 
     def get_sample_value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """The value of one sample now (None: no such series); for tests and tools."""
+        for fn in list(self._before.values()):
+            fn()
         want = tuple(sorted((labels or {}).items()))
         for family in self._families:
             if name.startswith(family.name):
@@ -454,6 +468,8 @@ class Registry:
         return None
 
     def expose(self, openmetrics: bool = False) -> bytes:
+        for fn in list(self._before.values()):
+            fn()
         lines: list[str] = []
         for family in self._families:
             name = family.name

@@ -126,7 +126,7 @@ READY = Gauge(
 
 LOOP_HEARTBEAT_AGE = Gauge(
     "vipd_event_loop_heartbeat_age_seconds",
-    "Seconds since the event loop last ran its heartbeat (at least every 0.5 s), read when "
+    "Seconds since the event loop last ran its heartbeat (at least every 1 s), read when "
     "scraped. Up to 0.5 is healthy; above 2 (HEALTHZ_MAX_AGE) /healthz answers 503: "
     "the loop that sends adverts is blocked.",
     registry=REGISTRY,

@@ -80,7 +80,7 @@ EXIT_LISTEN = 3
 # The loop beats this often; /healthz fails when the last beat is older than HEALTHZ_MAX_AGE.
 # 2 s is 4 missed beats: longer than any GC pause or scheduling hiccup seen on a busy machine
 # (tens of ms), shorter than the default Master_Down_Interval (~3.4 s at advert 1 s).
-HEARTBEAT_INTERVAL = 0.5
+HEARTBEAT_INTERVAL = 1.0
 HEALTHZ_MAX_AGE = 2.0
 # How long a /status request waits for the loop to build the document (then: the last one).
 STATUS_WAIT = 1.0

@@ -26,7 +26,10 @@ events on a move").
 A Master's steady adverts (one advert, nothing else due) leave from the advert pacer's
 thread (``vrrp.pacer``), which runs the machine's ``advert_tick`` under ``MACHINE_LOCK``, the
 lock every loop callback of the driver holds too; anything else it hands back to the loop's
-``_on_timer``. The loop wakes only for what arrives and for its heartbeat.
+``_on_timer``. The loop wakes only for what arrives and for its heartbeat. So does a Backup's
+down timer while the eBPF filter counts its master's adverts (``vrrp.kernel_follow``): the
+pacer looks at the last copy's arrival, and only a master silent for Master_Down_Interval
+wakes the loop, whose ``_on_timer`` takes the copies and decides as it always does.
 
 Resigning (SIGTERM, crash): a priority-0 advert (RFC 9568 §6.4.3), then the VIP stays bound
 (quiet) until the successor's first advert is heard and its claim seen (its announcement, or
@@ -145,10 +148,20 @@ class Wire(Protocol):
     @property
     def can_follow(self) -> bool: ...
 
+    @property
+    def counts_in_kernel(self) -> bool: ...
+
+    @property
+    def follow_kind(self) -> str: ...
+
+    @property
+    def kernel_error(self) -> str | None: ...
+
     def send(self, message: bytes, dst: IPAddress) -> None: ...
     def receive(self) -> Any: ...
     def follow(self, dgram: Datagram | None) -> None: ...
-    def receive_quiet(self) -> list[tuple[float, Datagram]]: ...
+    def receive_quiet(self) -> list[tuple[float, Datagram, int]]: ...
+    def counted_age(self) -> float | None: ...
     def wait_readable(self, timeout: float) -> bool: ...
     def fileno(self) -> int: ...
     def close(self) -> None: ...
@@ -188,8 +201,9 @@ class VrrpElection:
     ``vips``: the VIPs of this virtual router, all of one family (default: every VIP of
     ``cfg``, which must then be of one family). ``clock``, ``open_wire``, ``call_later`` and
     ``claimwatch`` are the seams the unit tests use (a fake clock and timers, an in-memory
-    wire, no raw ARP socket). ``pace``: the Active's steady adverts from a thread of their
-    own (``vrrp.pacer``); by default when the loop's own timers are used (not ``call_later``).
+    wire, no raw ARP socket). ``pace``: the Active's steady adverts, and a Backup's down timer
+    while the kernel counts its master's adverts, from a thread of their own
+    (``vrrp.pacer``); by default when the loop's own timers are used (not ``call_later``).
     """
 
     backend = "vrrp"
@@ -316,6 +330,8 @@ class VrrpElection:
         self._followed_as: tuple[packet.Advert, str] | None = None  # decoded, checksum form
         self._last_rx_at = float("-inf")
         self._quiet = True  # False once following failed on this host (logged)
+        self._follow_logged = False  # the first following's filter kind was logged
+        self._scrape_name = f"vrrp-ipv{self.family}-vrid{v.vrid}"  # its before_expose hook
         self._send_error: str | None = None  # the last advert send failure, until one succeeds
         self._master_seen: tuple[IPAddress | None, int | None, int] = (None, None, -1)
         self._log_send_error = vlog.Sparse(self.log, "advert send failed")
@@ -342,6 +358,8 @@ class VrrpElection:
         for vip in self._vips:
             metrics.DUPLICATE_CLAIM.labels(vip=str(vip)).set_function(self._duplicate_claim)
             metrics.VRRP_MASTER_ADVERT_AGE.set_function(self._master_advert_age, vip=str(vip))
+        # The counters of the copies the eBPF filter counted are brought up to date first.
+        metrics.REGISTRY.before_expose(self._scrape_name, self._scraped)
 
     async def prepare(self) -> VipLink:
         """The VIP's link: the interface, or with ``vmac`` the macvlan made for it here."""
@@ -705,6 +723,7 @@ class VrrpElection:
         are closed (the agent logs and counts it)."""
         loop = asyncio.get_running_loop()
         errors: list[BaseException] = []
+        metrics.REGISTRY.forget_before_expose(self._scrape_name, self._scraped)
         if self.pacer is not None:
             self.pacer.close()  # not with the lock held: its thread may be waiting for it
 
@@ -818,10 +837,16 @@ class VrrpElection:
                 self._log_transition(word, reason)
             else:
                 vlog.event(self.log, logging.INFO, "re-announcing", reason=reason)
-        self._rearm()
         m = self.machine
-        if self._followed is not None and m.state is not state.State.BACKUP:
+        followed = self._followed_as
+        if self._followed is not None and (
+            followed is None or not m.follows_quietly(self._followed.src, followed[0].priority)
+        ):
+            # Left Backup, or the copies would now do more than restart the down timer (our
+            # priority rose above the master's, a release contest): every advert is read.
+            # First: where the timer goes depends on it.
             self._unfollow()
+        self._rearm()
         if (m.master_ip, m.master_priority, m.priority) != self._master_seen:
             # Cheap, but not per advert: only when the master or our priority changed.
             self._master_seen = (m.master_ip, m.master_priority, m.priority)
@@ -866,18 +891,33 @@ class VrrpElection:
         if self.pacer is not None:
             self.pacer.halt()
 
+    def _follows_in_kernel(self) -> bool:
+        """A Backup following its master with the eBPF filter: its down timer is the pacer's
+        (the map is read without the loop)."""
+        t = self.transport
+        return (
+            self.machine.state is state.State.BACKUP
+            and self._followed is not None
+            and t is not None
+            and t.counts_in_kernel
+        )
+
     def _rearm(self) -> None:
         deadline = self.machine.deadline
         if (
             deadline is not None
             and self._pacing_on
             and self.pacer is not None
-            and self.machine.advert_only
+            and (self.machine.advert_only or self._follows_in_kernel())
         ):
-            # The Active's adverts: from the pacer's thread, the loop sleeps (vrrp.pacer).
+            # The Active's adverts, or a Backup's down timer while the kernel counts its
+            # master's adverts: from the pacer's thread, the loop sleeps (vrrp.pacer). The
+            # down timer wakes TIMER_SLACK early, as the loop's does (_timer_due).
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            if self.machine.state is state.State.BACKUP:
+                deadline -= TIMER_SLACK
             self.pacer.pace(deadline)
             return
         self._cancel_timer()
@@ -978,6 +1018,11 @@ class VrrpElection:
                 if self._timer is None:  # only garbage arrived: nothing re-armed us
                     self._rearm()
                 return
+            if self._catch_up():
+                # The eBPF filter's copies wake no wait: one that came during it is read here.
+                deadline, now = self.machine.deadline, self.clock()
+                if deadline is None or deadline > now:
+                    return
             now = self.clock()
         self._apply(self.machine.on_timer(now), now)
 
@@ -992,6 +1037,8 @@ class VrrpElection:
         try:
             m = self.machine
             deadline = m.deadline
+            if self._pacing_on and m.state is state.State.BACKUP:
+                return self._down_tick()
             if not self._pacing_on or deadline is None or m.state is not state.State.ACTIVE:
                 return None
             now = self.clock()
@@ -1008,6 +1055,31 @@ class VrrpElection:
         except Exception as exc:
             self._to_loop(functools.partial(_reraise, exc))
             return None
+
+    def _down_tick(self) -> float | None:
+        """The pacer's tick for a Backup whose master's adverts the kernel counts: the down
+        timer runs from the last copy's arrival, which the map shows without taking the
+        copies (the loop hands them to the machine when it next looks: a datagram, /status,
+        a scrape, a change, the timer). When none came in time the moment goes to the loop,
+        which takes them and then takes over or not, exactly as without the pacer."""
+        m, followed, t = self.machine, self._followed_as, self.transport
+        deadline = m.deadline
+        if deadline is None or followed is None or t is None or not self._follows_in_kernel():
+            self._to_loop(self._rearm)  # the loop's timer, if any, is armed there
+            return None
+        now = self.clock()
+        age = t.counted_age()
+        if age is not None and now - age > self._last_rx_at:
+            # What _catch_up will make of a copy that came after the last advert handled:
+            # it only restarts the down timer (followed only while Machine.follows_quietly
+            # holds, see _apply). Not an older one: the machine has seen what came after it
+            # (a priority 0 whose Skew_Time is the deadline now, say).
+            deadline = max(deadline, now - age + m.mdi)
+        if deadline - TIMER_SLACK - now > DUE_SLACK:
+            return deadline - TIMER_SLACK
+        self._timer_at = now
+        self._to_loop(self._on_timer)
+        return None
 
     def _to_loop(self, fn: Callable[[], None]) -> None:
         """``fn`` on the loop's thread, soon, through ``_guarded``."""
@@ -1071,7 +1143,7 @@ class VrrpElection:
             and m.state is state.State.BACKUP
             and m.master_ip == dgram.src
             and m.last_advert_at == now
-            and advert.priority > 0
+            and m.follows_quietly(dgram.src, advert.priority)
             and dgram != self._followed
         ):
             # The master's advert restarted our down timer: its next ones, while unchanged,
@@ -1084,10 +1156,23 @@ class VrrpElection:
         t = self.transport
         if t is None or not t.can_follow:
             return
+        first = not self._follow_logged
         try:
             t.follow(dgram)
             self._followed = dgram
             self._followed_as = (advert, form)
+            if first:
+                self._follow_logged = True
+                kind = t.follow_kind
+                vlog.event(
+                    self.log,
+                    logging.INFO,
+                    "following the master quietly",
+                    filter=kind,
+                    **({"why_not_ebpf": t.kernel_error} if t.kernel_error else {}),
+                )
+            if t.counts_in_kernel:
+                self._rearm()  # the down timer goes to the pacer
         except OSError as exc:
             # Not fatal: every advert then wakes us, as without following.
             self._quiet = False
@@ -1112,8 +1197,8 @@ class VrrpElection:
             vlog.event(self.log, logging.ERROR, "could not stop quiet following", error=exc)
 
     def _catch_up(self) -> int:
-        """Handle the followed master's adverts queued on the quiet socket, oldest first,
-        each at its kernel receive time; how many there were.
+        """Handle the followed master's adverts counted on the quiet socket or in the eBPF
+        filter's map, oldest first, each at its kernel receive time; how many there were.
 
         Copies of the followed datagram were checked when it was followed, so they go to the
         machine without being decoded again, and since a Backup's machine answers an advert
@@ -1125,37 +1210,41 @@ class VrrpElection:
             return 0
         now = self.clock()
         run: list[float] = []
-        handled = 0
-        for age, dgram in t.receive_quiet():
+        count = handled = 0
+        for age, dgram, n in t.receive_quiet():
             at = now - age
             if at <= self._last_rx_at:
                 # Taken by both sockets while the filters changed: handled from the polled one.
                 continue
-            handled += 1
+            handled += n
             if dgram is self._followed or dgram == self._followed:
                 run.append(at)
+                count += n
                 continue
-            self._copies(run)
-            run = []
+            self._copies(run, count)
+            run, count = [], 0
             self._on_datagram(dgram, at)
-        self._copies(run)
+        self._copies(run, count)
         return handled
 
     @_locked
     def _catch_up_locked(self) -> None:
         self._catch_up()
 
-    def _copies(self, arrivals: list[float]) -> None:
-        """The followed datagram received at each of ``arrivals`` (oldest first)."""
+    def _copies(self, arrivals: list[float], count: int) -> None:
+        """``count`` copies of the followed datagram, received at ``arrivals`` (oldest first;
+        the eBPF filter keeps only the last arrival of its count)."""
         if not arrivals or self._followed is None or self._followed_as is None:
             return
         (advert, form), src, m = self._followed_as, self._followed.src, self.machine
-        actions = m.on_advert_copies(arrivals, src, advert.priority, advert.interval_cs)
+        actions = m.on_advert_copies(
+            arrivals, src, advert.priority, advert.interval_cs, count=count
+        )
         last = arrivals[-1]
         self._last_rx_at = last
-        self.stats.adverts_received += len(arrivals)
-        self.stats.checksum_forms[form] += len(arrivals)
-        metrics.VRRP_ADVERTS_RECEIVED.inc(len(arrivals))
+        self.stats.adverts_received += count
+        self.stats.checksum_forms[form] += count
+        metrics.VRRP_ADVERTS_RECEIVED.inc(count)
         self._saw_peer(src, last, advert.priority)
         self._apply(actions, last)
         self._after_advert(src, last, advert.priority)
@@ -1368,17 +1457,21 @@ class VrrpElection:
         window = 3 * self.machine.advert_interval
         return 1.0 if held and claimed is not None and self.clock() - claimed <= window else 0.0
 
-    def _master_advert_age(self) -> float | None:
-        """vipd_vrrp_master_advert_age_seconds, read by the HTTP thread when scraped."""
-        if self.machine.state is state.State.ACTIVE:
-            return 0.0
+    def _scraped(self) -> None:
+        """Before a scrape (the HTTP thread): the master's adverts queued on the quiet socket
+        or counted in the eBPF filter's map go to the machine and the counters first."""
         if self._followed is not None and self._loop is not None:
-            # The quiet socket holds the master's latest adverts: the loop reads them first.
             if threading.get_ident() == self._loop_thread:
                 self._catch_up_locked()
             else:
                 with contextlib.suppress(Exception):
                     on_loop(self._loop, self._catch_up_locked, AGE_WAIT)
+
+    def _master_advert_age(self) -> float | None:
+        """vipd_vrrp_master_advert_age_seconds, read by the HTTP thread when scraped."""
+        # Registry.expose ran _scraped first: the copies counted so far are in.
+        if self.machine.state is state.State.ACTIVE:
+            return 0.0
         master = self.machine.master_ip
         seen = self.peers.get(master) if master is not None else None
         return None if seen is None else max(0.0, self.clock() - seen[1])

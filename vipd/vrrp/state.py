@@ -631,27 +631,43 @@ class Machine:
             return self._active_rx(now, src, priority, interval_cs)
         return []  # INITIALIZE: not participating.
 
+    def follows_quietly(self, src: IPAddress, priority: int) -> bool:
+        """A Backup that accepts ``src``'s advert at ``priority`` as its master's (it may not
+        preempt it, and no release contest is open): the advert only restarts its down timer
+        (RFC 9568 §6.4.2) and asks for no action."""
+        p = self.params
+        return (
+            self.state is State.BACKUP
+            and self._contest is None
+            and priority > 0
+            and src != p.primary_ip
+            and (not p.preempt or priority >= self.priority)
+        )
+
     def on_advert_copies(
-        self, times: Sequence[float], src: IPAddress, priority: int, interval_cs: int
+        self,
+        times: Sequence[float],
+        src: IPAddress,
+        priority: int,
+        interval_cs: int,
+        *,
+        count: int | None = None,
     ) -> list[Action]:
         """``on_advert`` for one advert received at each of ``times`` (oldest first): the
-        same state and actions as one call per time, in that order.
+        same state and actions as one call per time, in that order. ``count`` (at least
+        ``len(times)``): the copies in all where only the last arrivals are known (a kernel
+        counter); it only matters where ``follows_quietly`` holds.
 
         A Backup that accepts the advert (the master's, when it may not preempt it) only
         restarts its down timer from each arrival and counts it, so the run comes down to
         its last one, counted for all; anything else takes the arrivals one by one."""
         if not times:
             return []
-        p = self.params
-        if (
-            self.state is State.BACKUP
-            and priority > 0
-            and src != p.primary_ip
-            and (not p.preempt or priority >= self.priority)
-        ):
+        if self.follows_quietly(src, priority):
             actions = self.on_advert(times[-1], src, priority, interval_cs)
             if self._startup_heard is not None:
-                self._startup_heard += len(times) - 1  # on_advert counted the last one
+                # on_advert counted the last one
+                self._startup_heard += (len(times) if count is None else count) - 1
             return actions
         out: list[Action] = []
         for at in times:
