@@ -191,13 +191,8 @@ class FollowMap:
         self._mem[SEQ : SEQ + 4] = struct.pack("@I", (seq + 2) & 0xFFFFFFFF)
 
     def clear(self) -> None:
-        """Match nothing."""
-        seq = _HEAD.unpack_from(self._mem, SEQ)[0]
-        self._mem[SEQ : SEQ + 4] = struct.pack("@I", (seq + 1) & 0xFFFFFFFF)
-        self._barrier()
-        _HEAD.pack_into(self._mem, SEQ, (seq + 1) & 0xFFFFFFFF, 0, 0)
-        self._barrier()
-        self._mem[SEQ : SEQ + 4] = struct.pack("@I", (seq + 2) & 0xFFFFFFFF)
+        """Match nothing (a pattern of no words)."""
+        self.set([], 0)
 
     def read(self) -> tuple[int, int]:
         """(copies dropped since the map was made, the last one's ``bpf_ktime_get_ns``): a
