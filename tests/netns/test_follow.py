@@ -16,6 +16,7 @@ that one, and a copy checked while the pattern is being written is delivered, no
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
@@ -160,6 +161,8 @@ def test_the_ebpf_filter_matches_the_longest_adverts_and_nothing_but_the_pattern
 ) -> None:
     n1, n2 = (_transport(lab, n, kernel=True) for n in ("n1", "n2"))
     try:
+        n2.prepare_follow()  # loaded before anything is followed: it matches nothing yet
+        _counting(n2)
         src1 = IPv4Address(lab.node("n1").ipv4)
         many = tuple(IPv4Address(f"10.9.{i // 250}.{i % 250 + 1}") for i in range(255))
         v2 = _advert(src1, 200, version=2, auth=b"secret")
@@ -211,3 +214,24 @@ def test_the_ebpf_filter_matches_the_longest_adverts_and_nothing_but_the_pattern
     finally:
         for t in (n1, n2):
             t.close()
+
+
+def test_the_ebpf_loader_child_gives_up_real_time_scheduling(
+    netns_ok: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast-advert daemon runs SCHED_RR (vipd.host.sched); the forked loader, whose verifier
+    work has no deadline, must not keep a core from the real-time threads that have one. The
+    child's _create is replaced by one that reports the child's policy as its error."""
+
+    def report() -> tuple[int, int]:
+        raise OSError(errno.EPERM, f"policy {os.sched_getscheduler(0)}")
+
+    monkeypatch.setattr(kernel_follow, "_create", report)
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(10))
+    try:
+        with pytest.raises(OSError) as got:
+            kernel_follow.load()
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])
+    assert str(got.value).endswith(f"policy {os.SCHED_OTHER}"), got.value

@@ -141,6 +141,7 @@ class FakeWire(_Wakeable):
         self.followed: Datagram | None = None
         self.last_copy_at: float | None = None
         self.follows: list[Datagram | None] = []
+        self.prepared = 0  # prepare_follow calls
         self.quiet: list[tuple[float, Datagram]] = []
 
     @property
@@ -158,6 +159,9 @@ class FakeWire(_Wakeable):
             return
         self.queue.append(dgram)
         self._poke()
+
+    def prepare_follow(self) -> None:
+        self.prepared += 1
 
     def follow(self, dgram: Datagram | None) -> None:
         self.followed = dgram

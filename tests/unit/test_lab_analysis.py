@@ -6,7 +6,11 @@ failed, so each expected number can be worked out by hand.
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -442,3 +446,31 @@ def test_a_containers_exit_is_read_from_the_containerd_log(tmp_path: Path) -> No
     assert exit_logged(log, "bbb2") is None  # a sandbox's exit, not a container's
     assert exit_logged(log, "ddd4") is None
     assert exit_logged(tmp_path / "absent.log", "ccc3") is None
+
+
+def test_the_holder_watch_puts_each_event_on_the_monotonic_clock_with_its_own_offset() -> None:
+    """The wall clock stepped 1 s forward between two events (NTP, a VM's clock set by its
+    host): each event keeps its place against the marks, which are on time.monotonic()."""
+    from vipd.lab.addrwatch import AddrEvent
+    from vipd.lab.topology import Lab
+    from vipd.lab.watch import HolderWatch
+
+    watch = HolderWatch(cast(Lab, None), "10.77.0.100")
+    watch._start, watch._offset = 0.0, 1000.0
+    line = "[2026-12-04T18:12:30.893456]3: eth0    inet 10.77.0.100/32 scope global eth0"
+    proc = SimpleNamespace(stdout=iter([line]))
+    watch.watch._read(cast("subprocess.Popen[Any]", proc), "n2")
+    (read,) = watch.watch.events
+    assert read.clock_offset is not None
+    assert abs(read.clock_offset - (time.time() - time.monotonic())) < 1.0
+    watch.watch.events = [
+        AddrEvent(1010.0, "n1", True, clock_offset=1000.0),
+        AddrEvent(1011.5, "n1", False, clock_offset=1001.0),
+        AddrEvent(1012.0, "n2", True),  # no offset of its own: the one taken at the start
+    ]
+    tl = watch.timeline()
+    assert [(c.t, c.node, c.held) for c in tl.sorted_changes()] == [
+        (10.0, "n1", True),
+        (10.5, "n1", False),
+        (12.0, "n2", True),
+    ]

@@ -15,7 +15,10 @@ among real-time priorities, so kernel threads and anything an operator raised on
 still come first), as keepalived's ``vrrp_rt_priority`` does. At 0.1 s and slower the slack is
 tens of milliseconds and ordinary scheduling is enough, so nothing changes. vipd needs a few
 percent of one core at 0.01 s; the kernel's real-time throttling
-(``kernel.sched_rt_runtime_us``, 95 % by default) still bounds a runaway.
+(``kernel.sched_rt_runtime_us``, 95 % by default) still bounds a runaway. The whole process
+runs SCHED_RR, every thread, as keepalived's one thread does: a thread left at ordinary
+priority while it holds the GIL would hold the real-time ones back. The eBPF loader's child
+(``vrrp.kernel_follow``) gives it up: its work has no deadline.
 
 What it must not do: fail the daemon. Without CAP_SYS_NICE (or inside a cgroup with no
 real-time budget) the request is refused: that is reported to the caller, which logs a
@@ -24,6 +27,7 @@ warning, and vipd runs on with ordinary scheduling.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -52,9 +56,27 @@ def realtime_policy(advert_interval: float) -> Policy | None:
 
 
 def apply(policy: Policy) -> str | None:
-    """Switch this process to ``policy``; returns None on success, else why not."""
+    """Switch every thread of this process to ``policy``; returns None on success, else why
+    not."""
+    param = os.sched_param(policy.priority)
     try:
-        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(policy.priority))
+        os.sched_setscheduler(0, os.SCHED_RR, param)
     except OSError as exc:
         return f"{exc.strerror or exc} (needs CAP_SYS_NICE and a real-time budget)"
+    # Linux sets the policy per thread, and threads inherit it from the one that starts them:
+    # the threads started before this call (the endpoint's, the signal watcher's) and the
+    # ones they start (a connection's) would stay ordinary. Such a thread serving a scrape
+    # or /status holds the GIL, and at times the driver's lock, and neither passes priority
+    # on: while the scheduler keeps it waiting behind ordinary tasks, so are the real-time
+    # threads that need either.
+    for tid in _threads():
+        with contextlib.suppress(OSError):  # ended meanwhile
+            os.sched_setscheduler(tid, os.SCHED_RR, param)
     return None
+
+
+def _threads() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/task")]
+    except OSError:
+        return []

@@ -12,11 +12,13 @@ change the namespaces it watches.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import ipaddress
 import math
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,10 @@ class AddrEvent:
     at: float  # POSIX seconds, from the monitor's timestamp
     node: str
     added: bool
+    # time.time() - time.monotonic() when the line was read (None: not read from a monitor):
+    # the wall clock may be stepped or slewed during a long run, so each event is put on the
+    # monotonic clock with the offset of its own moment, not one taken at the start.
+    clock_offset: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,7 @@ class AddressWatch:
         for line in proc.stdout:
             event = parse(line, node, self.vip)
             if event is not None:
+                event = dataclasses.replace(event, clock_offset=time.time() - time.monotonic())
                 with self._lock:
                     self.events.append(event)
 

@@ -3,7 +3,9 @@
 What it is: ``HolderWatch(lab, vip)``, a context manager around ``AddressWatch`` (``ip -ts
 -o monitor address`` in every node; no polling, which would spawn hundreds of ``ip``
 processes a second and disturb the timing it watches). ``start()`` starts the monitors,
-gives them a moment to subscribe, and notes the wall-clock → monotonic offset;
+gives them a moment to subscribe, and notes the wall-clock → monotonic offset (each event
+read from a monitor carries its own, taken when it was read: a clock stepped or slewed during
+a long module moves no event against the marks);
 ``timeline()`` returns what was recorded so far as a ``vipd.lab.timeline.Timeline`` on
 ``time.monotonic()``, the clock the lab's faults and the prober's attempts use.
 
@@ -54,7 +56,9 @@ class HolderWatch:
         if self._start is None:
             raise LabError("HolderWatch.timeline() before start()")
         changes = [
-            Change(e.at - self._offset, e.node, e.added)
+            Change(
+                e.at - (self._offset if e.clock_offset is None else e.clock_offset), e.node, e.added
+            )
             for e in list(self.watch.events)  # appended by reader threads; a copy is atomic
         ]
         return Timeline(self._start, self.watch.initial, [c for c in changes if c.t > self._start])

@@ -160,6 +160,7 @@ class Wire(Protocol):
     def send(self, message: bytes, dst: IPAddress) -> None: ...
     def receive(self) -> Any: ...
     def follow(self, dgram: Datagram | None) -> None: ...
+    def prepare_follow(self) -> None: ...
     def receive_quiet(self) -> list[tuple[float, Datagram, int]]: ...
     def counted_age(self) -> float | None: ...
     def wait_readable(self, timeout: float) -> bool: ...
@@ -448,6 +449,9 @@ class VrrpElection:
                 mode="unicast" if self.unicast_peers else "multicast",
             )
             ready()
+            # Before the real-time request and before the loop reads a datagram: the eBPF
+            # loader's fork and the verifier (~10 ms) on no election's path.
+            self._prepare_follow()
             # Everything allocated so far lives as long as the process: move it out of the
             # collector's sight, so a collection never walks pyroute2's import-time objects
             # in the middle of a takeover.
@@ -582,6 +586,7 @@ class VrrpElection:
         if started:
             with self._lock:
                 self._open_sockets(loop)
+                self._prepare_follow()
                 if not self.claimwatches:
                     self._start_claimwatch(loop)
         vlog.event(
@@ -607,6 +612,12 @@ class VrrpElection:
             assert self.vmac.index is not None
             self.sender = self._open_wire(self.vmac.name, self.vmac.index, self.source, (), False)
         loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
+
+    def _prepare_follow(self) -> None:
+        """The kernel-side follower loaded now, not at the first following (IPv4 only; see
+        vrrp.transport). Not on the send-only socket: nothing is received there."""
+        if self.transport is not None and self.transport.can_follow:
+            self.transport.prepare_follow()
 
     def _close_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
         transport, sender = self.transport, self.sender

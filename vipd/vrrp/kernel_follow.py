@@ -23,7 +23,8 @@ the down timer from a moment when that master was still heard anyway.)
 What it must not do: load anything into the daemon's own process that stays there. The
 ``bpf()`` system call needs ctypes, which costs a Python process a few hundred KiB for good;
 ``load`` forks, the child makes the map and the program and hands both descriptors back over
-a socket (SCM_RIGHTS), and exits. It decides nothing about the election either: the driver
+a socket (SCM_RIGHTS), and exits. The child runs with ordinary scheduling even when the daemon
+is real-time. It decides nothing about the election either: the driver
 reads ``read()`` exactly as it reads the classic quiet socket.
 
 Needs CAP_BPF (or CAP_SYS_ADMIN) where unprivileged BPF is off (the Debian and Fedora
@@ -32,6 +33,7 @@ default); without it ``load`` raises and the transport keeps the classic filters
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -220,6 +222,7 @@ def load(timeout: float = 5.0) -> tuple[int, int]:
             code = 0
             try:
                 parent.close()
+                _ordinary_scheduling()
                 fds = _create()
                 socket.send_fds(child, [b"ok"], list(fds))
             except BaseException as exc:
@@ -250,6 +253,15 @@ def load(timeout: float = 5.0) -> tuple[int, int]:
     finally:
         parent.close()
         child.close()
+
+
+def _ordinary_scheduling() -> None:
+    """In the child: give up the real-time policy a fast-advert daemon inherits
+    (``vipd.host.sched``). The verifier's ~10 ms of CPU is no deadline's and must not keep a
+    core from the real-time threads that have one (this node's and its peers' in the lab)."""
+    with contextlib.suppress(OSError, AttributeError):
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
 def _create() -> tuple[int, int]:  # pragma: no cover - runs in load()'s child

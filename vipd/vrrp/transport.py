@@ -22,8 +22,9 @@ priority 0, another router, a TTL other than 255, a changed address list) still 
 loop at once. IPv6 raw sockets do not show the IPv6 header to a filter (the source and the hop
 limit), so IPv6 is never followed quietly.
 
-Where the process may load BPF programs (CAP_BPF), the first ``follow`` replaces both filters
-by one eBPF program on the polled socket (``vrrp.kernel_follow``): it drops the followed
+Where the process may load BPF programs (CAP_BPF), ``prepare_follow`` (or else the first
+``follow``) replaces both filters by one eBPF program on the polled socket
+(``vrrp.kernel_follow``), which matches nothing until a ``follow``: then it drops the followed
 advert's copies and keeps only their number and the last one's arrival time in a map that
 ``receive_quiet`` reads through memory, and the quiet socket is closed. ``follow_kind`` says
 which of the two is in use.
@@ -184,7 +185,8 @@ class Transport:
         self.followed: Datagram | None = None
         # The followed datagram from its IP header's addresses on (bytes 12..20) to its end.
         self._copy_tail = b""
-        # Kernel-side following: tried once, at the first follow (it forks a loader).
+        # Kernel-side following: tried once (it forks a loader), by prepare_follow or the
+        # first follow.
         self.kernel_follow = kernel
         self._counted: kernel_follow.FollowMap | None = None
         self.kernel_error: str | None = None  # why the eBPF program is not in use
@@ -267,9 +269,8 @@ class Transport:
         its receive time), never neither."""
         if not self.can_follow:
             raise OSError(errno.EOPNOTSUPP, "quiet following is IPv4 only")
-        if self.kernel_follow and dgram is not None:
-            self.kernel_follow = False
-            self._load_kernel_follow()
+        if dgram is not None:
+            self.prepare_follow()
         counted = self._counted
         if counted is not None:
             # What the map counted so far was the previous datagram's.
@@ -300,6 +301,14 @@ class Transport:
         attach_filter(self.sock, follow_filter(dgram.src, dgram.dst, dgram.message, keep=False))
         self.followed = dgram
         self._copy_tail = dgram.src.packed + dgram.dst.packed + dgram.message
+
+    def prepare_follow(self) -> None:
+        """Load the eBPF program now, if it is to be tried and was not yet (else the first
+        ``follow`` does): the driver calls this when the election starts and when it reopens
+        the socket, so that the loader's ~10 ms are not spent in the middle of an election."""
+        if self.kernel_follow and self.can_follow:
+            self.kernel_follow = False
+            self._load_kernel_follow()
 
     def _load_kernel_follow(self) -> None:
         """The eBPF program on the polled socket, matching nothing yet; the quiet socket then
