@@ -614,9 +614,10 @@ class VrrpElection:
         loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
 
     def _prepare_follow(self) -> None:
-        """The kernel-side follower loaded now, not at the first following (IPv4 only; see
-        vrrp.transport). Not on the send-only socket: nothing is received there."""
-        if self.transport is not None and self.transport.can_follow:
+        """The kernel-side follower loaded now, not at the first following (the transport
+        decides whether it can follow; see vrrp.transport). Not on the send-only socket:
+        nothing is received there."""
+        if self.transport is not None:
             self.transport.prepare_follow()
 
     def _close_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
