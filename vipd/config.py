@@ -60,7 +60,6 @@ Rules and where they come from
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -709,6 +708,8 @@ class _Validator:
             if k not in allowed:
                 full = _join(key, k)
                 hint = " (not implemented in this version)" if full in _NOT_IMPLEMENTED else ""
+                import difflib  # only on this error: it is ~0.2 MiB every daemon would carry
+
                 close = difflib.get_close_matches(k, allowed, n=1, cutoff=0.6)
                 if close:
                     hint += f' (did you mean "{close[0]}"?)'

@@ -155,3 +155,37 @@ def test_manifest_warns_about_the_local_default_image_only(tmp_path: Path) -> No
     chosen = vipd("manifest", "daemonset", "--config", str(path), "--image", "reg.example/vipd:1")
     assert chosen.returncode == 0 and chosen.stderr == "", chosen.stderr
     assert "image: reg.example/vipd:1" in chosen.stdout
+
+
+# Modules a VRRP daemon has no use for on its paths, each a few hundred KiB of RSS: pathlib
+# (with urllib.parse and fnmatch), hashlib (with hmac: only VRRPv2's password compares),
+# difflib (only a config error's suggestion). None of them may come back by a module-level
+# import anywhere `vipd run` loads.
+_NOT_IN_A_VRRP_DAEMON = ("pathlib", "urllib.parse", "hashlib", "hmac", "difflib")
+
+
+def test_a_vrrp_daemon_does_not_import_what_it_does_not_use(tmp_path: Path) -> None:
+    path = tmp_path / "vipd.yaml"
+    path.write_text("node: n1\nvip: 10.0.0.100\ninterface: eth0\nelection: {vrrp: {vrid: 51}}\n")
+    code = (
+        "import sys\n"
+        "from vipd import cli, config\n"
+        f"config.load({str(path)!r})\n"
+        "from vipd.host import faultsig, sdnotify\n"
+        "from vipd.endpoint import server\n"
+        "from vipd import agent\n"
+        "from vipd.vrrp import driver\n"
+        "import uvloop\n"
+        f"found = sorted(set({_NOT_IN_A_VRRP_DAEMON!r}) & set(sys.modules))\n"
+        "assert not found, found\n"
+    )
+    # -S: the development venv's start-up hooks (the editable install's finder) import
+    # pathlib themselves; an installed vipd has none. The paths they would add come from
+    # PYTHONPATH instead.
+    root = str(Path(cli.__file__).resolve().parents[1])
+    purelib = next(p for p in sys.path if p.endswith("site-packages"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((root, purelib)))
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert out.returncode == 0, out.stderr

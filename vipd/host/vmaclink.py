@@ -12,15 +12,25 @@ index), or touch any link but the parent's sysctls and the macvlan of its own na
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from vipd.host import vmac
 
-SYSCTL = Path("/proc/sys/net")
+# Plain strings, not pathlib: the driver imports this module whatever the config, and pathlib
+# (with urllib.parse) would cost every daemon ~0.4 MiB of RSS for a few sysctl paths.
+SYSCTL = "/proc/sys/net"
 
 
-def _write(path: Path, value: str) -> None:
-    path.write_text(value + "\n")
+def _sysctl(*parts: str) -> str:
+    return "/".join((SYSCTL, *parts))
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as f:
+        return f.read()
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w", encoding="ascii") as f:
+        f.write(value + "\n")
 
 
 class VmacLink:
@@ -33,7 +43,7 @@ class VmacLink:
         self.mac = vmac.virtual_mac(vrid)
         self.index: int | None = None
         self.reused = False
-        self._saved: list[tuple[Path, str]] = []
+        self._saved: list[tuple[str, str]] = []
 
     def start(self) -> int:
         from pyroute2 import IPRoute
@@ -67,10 +77,10 @@ class VmacLink:
             self.index = int(ipr.link_lookup(ifname=self.name)[0])
             # Before the link is up, so it never sends an IPv6 frame from the virtual MAC.
             for family, key, value in vmac.LINK_SYSCTLS:
-                _write(SYSCTL / family / "conf" / self.name / key, value)
+                _write(_sysctl(family, "conf", self.name, key), value)
             for key, value in vmac.PARENT_SYSCTLS:
-                path = SYSCTL / "ipv4" / "conf" / self.parent / key
-                old = path.read_text().strip()
+                path = _sysctl("ipv4", "conf", self.parent, key)
+                old = _read(path).strip()
                 if old != value:
                     self._saved.append((path, old))
                     _write(path, value)

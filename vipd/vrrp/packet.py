@@ -26,7 +26,6 @@ What it implements:
 
 from __future__ import annotations
 
-import hmac
 import struct
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
@@ -348,6 +347,16 @@ def parse_ipv4(
     return IPv4Address(src), IPv4Address(dst), ttl, data[header_length:total_length]
 
 
+def _same_auth(got: bytes, want: bytes) -> bool:
+    """Constant-time comparison of authentication data.
+
+    hmac is imported here, not at the top: only VRRPv2 with a password compares, and hashlib
+    (which hmac brings) costs every other daemon ~0.2 MiB of RSS."""
+    import hmac
+
+    return hmac.compare_digest(got, want)
+
+
 def check(
     advert: Advert,
     *,
@@ -374,7 +383,7 @@ def check(
         if advert.auth_type != expect.auth_type:
             raise DecodeError("auth", f"auth type {advert.auth_type}, expected {expect.auth_type}")
         # Auth type 0 defines no data; keepalived does not compare it, so neither do we.
-        if expect.auth_type != _AUTH_NONE and not hmac.compare_digest(
+        if expect.auth_type != _AUTH_NONE and not _same_auth(
             _wire_auth(advert.auth_data), _wire_auth(expect.auth_data)
         ):
             raise DecodeError("auth", "authentication data mismatch")
