@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from vipd import cli
 
 
@@ -179,13 +181,40 @@ def test_a_vrrp_daemon_does_not_import_what_it_does_not_use(tmp_path: Path) -> N
         f"found = sorted(set({_NOT_IN_A_VRRP_DAEMON!r}) & set(sys.modules))\n"
         "assert not found, found\n"
     )
-    # -S: the development venv's start-up hooks (the editable install's finder) import
-    # pathlib themselves; an installed vipd has none. The paths they would add come from
-    # PYTHONPATH instead.
+    out = _bare_python(code)
+    assert out.returncode == 0, out.stderr
+
+
+def _bare_python(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in an interpreter started with -S: the development venv's start-up hooks
+    (the editable install's finder) import pathlib themselves, and an installed vipd has
+    none. The paths they would add come from PYTHONPATH instead."""
     root = str(Path(cli.__file__).resolve().parents[1])
     purelib = next(p for p in sys.path if p.endswith("site-packages"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join((root, purelib)))
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, check=False
     )
+
+
+@pytest.mark.parametrize("auth_pass", [None, "s3cret"])
+def test_the_password_compare_is_loaded_at_start_only_where_a_password_is_set(
+    auth_pass: str | None,
+) -> None:
+    vrrp = {"vrid": 51, "version": 2, "advert_interval": 1, "auth_pass": auth_pass}
+    code = (
+        "import sys\n"
+        "from ipaddress import IPv4Address\n"
+        "from vipd import config\n"
+        "from vipd.preflight import HostLink, Preflight\n"
+        "from vipd.vrrp.driver import VrrpElection\n"
+        "cfg = config.parse({'node': 'n1', 'vip': '10.0.0.100', 'interface': 'eth0',\n"
+        f"                   'election': {{'mode': 'vrrp', 'vrrp': {vrrp!r}}}}})\n"
+        "pre = Preflight(link=HostLink('eth0', 2, True, False, '02:00:00:00:00:11'),\n"
+        "                source=IPv4Address('10.0.0.11'), findings=(), stale_vip=False)\n"
+        "VrrpElection(cfg, pre, claimwatch=False)\n"
+        "print('hmac' in sys.modules)\n"
+    )
+    out = _bare_python(code)
     assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(auth_pass is not None)

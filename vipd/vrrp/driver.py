@@ -53,6 +53,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import importlib
 import logging
 import threading
 import time
@@ -257,6 +258,10 @@ class VrrpElection:
             interval_cs=v.advert_interval_cs if v.version == 2 else None,
             unicast_peers=frozenset(self.unicast_peers),
         )
+        if self.auth_type:
+            # The password compare's module (vipd.vrrp.packet imports it where it compares),
+            # loaded at start rather than on the first advert received.
+            importlib.import_module("hmac")
         self.machine = state.Machine(
             state.Params(
                 version=v.version,

@@ -351,7 +351,8 @@ def _same_auth(got: bytes, want: bytes) -> bool:
     """Constant-time comparison of authentication data.
 
     hmac is imported here, not at the top: only VRRPv2 with a password compares, and hashlib
-    (which hmac brings) costs every other daemon ~0.2 MiB of RSS."""
+    (which hmac brings) costs every other daemon ~0.2 MiB of RSS. The driver loads it at
+    start where a password is configured, so here it is a lookup in ``sys.modules``."""
     import hmac
 
     return hmac.compare_digest(got, want)
