@@ -15,7 +15,7 @@ from __future__ import annotations
 from vipd.host import vmac
 
 # Plain strings, not pathlib: the driver imports this module whatever the config, and pathlib
-# (with urllib.parse) would cost every daemon ~0.4 MiB of RSS for a few sysctl paths.
+# (with urllib.parse) would cost every daemon ~0.4-0.6 MiB of RSS for a few sysctl paths.
 SYSCTL = "/proc/sys/net"
 
 
