@@ -24,6 +24,7 @@ event delivery); no test asserts speed beyond that. Needs root (network namespac
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -289,6 +290,34 @@ def test_partition_gives_dual_master_which_heals_within_one_interval(
     c.assert_converged("n1")
 
 
+def test_clients_a_backup_took_unheard_come_back_though_the_defend_budget_is_spent(
+    chaos_cluster: Callable[..., Rig],
+) -> None:
+    """n1 never hears n3 (VRRP from n3 to n1 is dropped), and twice in a few seconds n3
+    misses n1's adverts long enough to take over: it announces the VIP, moving the client,
+    and steps down on n1's next advert that reaches it. The first claim is defended as a
+    foreign host's; the second finds the RFC 5227 budget (one defence per 10 s) spent and
+    no advert of n3 that would show it a peer. The client must still come back to n1 at
+    once, not when its neighbour entry for n3's MAC fails seconds later."""
+    c = chaos_cluster()
+    c.chaos.drop_vrrp("n3", "n1", both_ways=False)
+    for takeover in (1, 2):
+        t = time.monotonic()
+        c.chaos.drop_vrrp("n1", "n3", both_ways=False)
+        assert c.wait(lambda: "n3" in c.holders(), c.mdi("n3") + MARGIN), c.report(t)
+        time.sleep(0.15)  # n3's announcement is out and n1 has judged the claim
+        assert c.chaos.allow_vrrp("n1", "n3") == 2
+        assert c.wait(lambda: c.holders() == ["n1"], c.spec.advert_interval + MARGIN), c.report(t)
+        assert timeline.acquisitions(c.timeline(), "n3", t, time.monotonic()) == 1, c.report(t)
+        stepped_down = time.monotonic()
+        print(f"\ntakeover {takeover}: n3 stepped down {stepped_down - t:.3f} s after the drop")
+        # The budget's 10 s, the client's neighbour entry (5 s in DELAY, then 3 unicast
+        # probes 1 s apart), are all far beyond this bound.
+        c.serving("n1", stepped_down, 1.0 + STABLE)
+    assert "no longer answers" in c.daemons["n1"].log_text(), c.report()
+    c.assert_converged("n1")
+
+
 def expected_takeovers(loss: float, adverts: int) -> float:
     """Mean number of times one backup must take over when a fraction ``loss`` of the
     master's adverts to it is lost at random: a backup's down timer (3 × Adv + Skew_Time,
@@ -337,14 +366,23 @@ def test_random_vrrp_loss_causes_only_the_unavoidable_role_changes(
     bound = poisson_quantile(mean, 0.9999)
     tl = c.timeline()
     took = {n: timeline.acquisitions(tl, n, t0, t1 + 3 * adv) for n in ("n2", "n3")}
+    window = sorted((a for a in c.attempts(t0) if a.start <= t1), key=lambda a: a.start)
+    answers = [a.start for a in window if a.ok]
+    longest = max((b - a for a, b in itertools.pairwise(answers)), default=0.0)
     print(
         f"\n{loss:.0%} VRRP loss for {seconds:g} s: takeovers {took}, expected ~{mean:.1f} "
-        f"(bound {bound}); frames seen {seen}, dropped {dropped}"
+        f"(bound {bound}); frames seen {seen}, dropped {dropped}; the client: "
+        f"{sum(not a.ok for a in window)} failed connects, longest without an answer "
+        f"{longest:.3f} s"
     )
     assert sum(took.values()) <= bound, (
         f"{took} takeovers under {loss:.0%} VRRP loss over {seconds:g} s; expected about "
         f"{mean:.1f} (≤ {bound} at 99.99 %)\n{c.report(t0)}"
     )
+    # A backup that took over moved the client and answered it; once it stepped down, the
+    # leader's announcement (or its probe finding the backup gone, ≤ ~0.45 s at 0.1 s) brought
+    # the client back. Stranded on a stepped-down backup's MAC it would wait seconds.
+    assert longest <= 1.5, f"the client went {longest:.3f} s without an answer\n{c.report(t0)}"
     # The leader never stepped down (nothing outranks it) and so never let go of the VIP.
     assert timeline.unowned(tl, t0, time.monotonic()) == [], c.report(t0)
     assert c.role_changes("n1") == before["n1"], c.report(t0)

@@ -11,7 +11,9 @@ What it tests:
   says who holds it and exits 0, and a backup started meanwhile joins as usual;
 - a foreign host announcing the VIP (gratuitous ARP from its MAC) while vipd leads is
   detected, counted in ``vipd_vip_duplicate_claims_total``, logged with the MAC, and
-  defended with an announcement; the leader keeps the VIP.
+  defended with an announcement; the leader keeps the VIP. A claimant it did not answer (the
+  RFC 5227 budget spent) is asked by unicast ARP probes whether it still has the VIP: a host
+  that has it answers (its kernel), and the leader announces only once it no longer does.
 
 Needs root (network namespaces).
 """
@@ -160,3 +162,23 @@ def test_a_foreign_claim_while_leading_is_counted_logged_and_defended(
     assert daemons[1].state() == "BACKUP"
     # The backup saw the claims too but does not hold the VIP: nothing to count there.
     assert "a foreign host claims the VIP" not in daemons[1].log_text()
+    # The client never had the VIP: the undefended claims' claimant, asked by a unicast probe,
+    # does not answer, and the leader announces (clients there would be stranded).
+    gone = 'reason="a claimant of the VIP no longer answers for it: clients it moved would '
+    assert log.count(gone) == 1 and f"claimant_mac={client_mac}" in log, log
+
+    # Now the client really has the VIP (a foreign host; the budget is still spent): its
+    # kernel answers the leader's unicast probes, so the leader does not announce while it
+    # keeps the address, and does once it lets it go.
+    lab.ip(lab.client_ns, "addr", "add", f"{VIP4}/32", "dev", "eth0")
+    lab.exec(lab.client_ns, [sys.executable, "-c", faults._ANNOUNCE, "eth0", VIP4])
+    time.sleep(1.6)  # asked 0.12 s after the claim, twice more 0.1 s on, then 0.2, 0.4, 0.8 s
+    log = daemons[0].log_text()
+    assert log.count(gone) == 1, log
+    assert log.count("defending=true") == 1, log
+    lab.ip(lab.client_ns, "addr", "del", f"{VIP4}/32", "dev", "eth0")
+    deadline = time.monotonic() + 2.0
+    while daemons[0].log_text().count(gone) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert daemons[0].log_text().count(gone) == 2, daemons[0].log_tail()
+    assert lab.holders(VIP4) == ["n1"]

@@ -86,6 +86,16 @@ def test_conflict_is_foreign_only_without_a_vrrp_router() -> None:
     assert "4862" in Conflict(VIP6, "eth0", ("x",)).describe()
 
 
+def test_a_unicast_arp_probe_asks_one_host_only() -> None:
+    f = probe_frame(MAC, VIP4, to=OTHER)
+    assert f[:6] == OTHER and f[6:12] == MAC
+    assert f[12:] == probe_frame(MAC, VIP4)[12:]  # the same probe, to one MAC
+    with pytest.raises(ValueError, match="unicast probe"):
+        probe_frame(MAC, VIP6, to=OTHER)  # DAD solicits a multicast group
+    with pytest.raises(ValueError, match="unicast probe"):
+        probe_frame(MAC, VIP4, to=b"\x02")
+
+
 def test_format_mac_and_bad_input() -> None:
     assert format_mac(OTHER) == "02:00:00:00:00:ff"
     with pytest.raises(ValueError):

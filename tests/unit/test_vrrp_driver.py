@@ -29,6 +29,9 @@ from vipd.vrrp import packet, state
 from vipd.vrrp.driver import (
     CLAIM_DEFER_MAX,
     CLAIM_SETTLE,
+    CLAIMANT_PROBE_MAX_GAP,
+    CLAIMANT_PROBE_WAIT,
+    DEFEND_INTERVAL,
     SPLIT_BRAIN_ADVERTS,
     TIMER_SLACK,
     VrrpElection,
@@ -67,6 +70,7 @@ class Node:
             open_wire=self._open_wire,
             call_later=self.timers.call_later,
             claimwatch=False,
+            probe=self._probe,
         )
         self.agent = Agent(
             self.cfg,
@@ -78,6 +82,11 @@ class Node:
         )
         self.stop = asyncio.Event()
         self.task: asyncio.Task[int] | None = None
+        self.probes: list[tuple[float, str]] = []  # unicast ARP probes: (when, to which MAC)
+
+    def _probe(self, mac: str) -> bool:
+        self.probes.append((self.clock.now, mac))
+        return True
 
     def _open_wire(self, ifname: str, ifindex: int, source: Any, peers: Any, rx: bool) -> FakeWire:
         self.wire = FakeWire(self.events, self.clock, (IPv4Address("224.0.0.18"),))
@@ -443,6 +452,42 @@ def test_a_split_brain_peers_later_claim_is_answered_though_its_advert_is_lost()
     run(scenario, priority=200)
 
 
+def test_a_peers_claim_is_announced_again_once_the_peer_no_longer_answers() -> None:
+    """We answer a peer's claim at its first frame, and the rest of its burst (frames
+    ``garp.interval`` apart, as ours) can land after ours: the clients end on its MAC, and
+    it steps down on our next advert. It is asked an interval later: while it answers, it
+    still has the VIP; once it does not, we announce once more."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        peer, adv = "02:00:00:00:00:12", n.election.machine.advert_interval
+        n.clock.now += 5.0
+        n.wire.inject(advert(PEER, 100))  # the advert that shows its MAC a peer's
+        await until(lambda: n.election.machine.lead_pending)
+        n.election._on_claim(peer)
+        fire_within(n, SPLIT_BRAIN_ADVERTS * adv + 2 * CLAIMANT_PROBE_MAX_GAP + 1.0)
+        n.clock.now += 10.0
+        mark, t0 = len(n.events), n.clock.now
+        n.election._on_claim(peer)  # a later takeover, its advert lost: answered at once
+        assert garps(n, mark) == 1 and n.probes[-1][0] < t0
+        fire_until(n, lambda: n.probes[-1][0] > t0, adv + CLAIM_SETTLE + 0.001)
+        assert n.probes[-1][1] == peer
+        assert n.probes[-1][0] == pytest.approx(t0 + adv + CLAIM_SETTLE)
+        n.election._on_claim(peer)  # still active: it has not heard our advert yet
+        fire_within(n, CLAIMANT_PROBE_WAIT + 0.001)
+        assert garps(n, mark) == 1
+        asked = len(n.probes)
+        fire_until(n, lambda: len(n.probes) > asked, CLAIMANT_PROBE_MAX_GAP + 0.1)
+        fire_within(n, CLAIMANT_PROBE_WAIT + 0.001)  # no answer: it stepped down
+        assert garps(n, mark) == 2
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
 def test_a_claim_its_advert_follows_is_a_peers_and_costs_no_defend_budget() -> None:
     """A vipd peer announces just before it advertises: its claim first looks foreign and is
     defended, then its lower-priority advert shows whose it was. The defence is refunded, so
@@ -629,6 +674,125 @@ def test_a_claim_storm_does_not_defer_the_defence_forever() -> None:
                 n.timers.fire_next()
         assert "garp" in n.events.since(mark)
         assert n.clock.now <= t0 + CLAIM_DEFER_MAX + CLAIM_SETTLE + 0.01 + 1e-9
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario)
+
+
+def fire_until(n: Node, cond: Callable[[], bool], horizon: float) -> None:
+    """Fire the next timers until ``cond`` holds; fail past ``horizon`` s of fake time."""
+    end = n.clock.now + horizon
+    while not cond():
+        assert n.clock.now < end, n.events
+        n.timers.fire_next()
+
+
+def test_a_claimant_left_unanswered_is_asked_and_its_stranded_clients_announced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Under VRRP loss a backup takes over twice in 10 s and neither advert reaches us: its
+    second announcement finds the RFC 5227 budget spent. It steps down on our next advert,
+    and the clients it moved would time out on its MAC: a unicast probe one advert interval
+    after its claim, then at doubling gaps, asks whether it still has the VIP; once it does
+    not answer, we announce."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        caplog.set_level(logging.INFO, logger="vipd")
+        x, adv = "02:00:00:00:00:13", n.election.machine.advert_interval
+        n.clock.now += 5.0
+        mark = len(n.events)
+        n.election._on_claim(x)  # its first takeover: defended as a foreign host's
+        fire_within(n, CLAIM_SETTLE + 0.001)
+        assert garps(n, mark) == 1 and n.probes == []
+        n.clock.now += 1.0
+        claimed = n.clock.now
+        mark = len(n.events)
+        n.election._on_claim(x)  # its second: the budget is spent
+        fire_until(n, lambda: len(n.probes) == 1, 2 * CLAIM_SETTLE + adv + 0.001)
+        assert garps(n, mark) == 0
+        # Judged CLAIM_SETTLE after the claim (we still lead), asked an interval (and
+        # CLAIM_SETTLE: a peer steps down on our next advert) later.
+        assert [mac for _, mac in n.probes] == [x]
+        assert n.probes[0][0] == pytest.approx(claimed + 2 * CLAIM_SETTLE + adv)
+        n.clock.now += 0.001
+        n.election._on_claim(x)  # it answers: it still has the VIP
+        fire_until(n, lambda: len(n.probes) == 2, 2 * adv + 0.1)
+        assert garps(n, mark) == 0, "answered, so not stranded: held to the budget"
+        # An interval after the first probe's verdict (the peer's next chance to hear us).
+        assert n.probes[1][0] - n.probes[0][0] == pytest.approx(CLAIMANT_PROBE_WAIT + adv)
+        # No answer: it stepped down, and whoever its announcement moved is stranded.
+        fire_within(n, CLAIMANT_PROBE_WAIT + 0.001)
+        assert garps(n, mark) == 1
+        said = [r for r in caplog.records if "no longer answers" in str(r.__dict__)]
+        assert len(said) == 1 and x in str(said[0].__dict__)
+        fire_within(n, 12.0)
+        assert len(n.probes) == 2 and garps(n, mark) == 1  # the check is over
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def test_a_claimant_that_keeps_the_vip_is_held_to_the_defend_budget() -> None:
+    """A foreign host that keeps answering is never announced against more often than the
+    RFC 5227 budget allows: its answer DEFEND_INTERVAL after its claim is judged as a claim,
+    and defended then, once."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        x = "02:00:00:00:00:99"
+        n.clock.now += 5.0
+        n.election._on_claim(x)
+        fire_within(n, CLAIM_SETTLE + 0.001)  # defended: the budget is spent
+        n.clock.now += 0.5
+        claimed = n.clock.now
+        mark = len(n.events)
+        n.election._on_claim(x)
+        asked, defended = 0, list[float]()
+        while n.timers.next_due() is not None and n.clock.now < claimed + 25.0:
+            n.timers.fire_next()
+            if garps(n, mark) > len(defended):
+                defended.append(n.clock.now)
+            if len(n.probes) > asked:
+                asked = len(n.probes)
+                n.election._on_claim(x)  # its answer
+        assert len(defended) == 1, defended
+        limit = claimed + CLAIM_SETTLE + DEFEND_INTERVAL
+        assert limit <= defended[0] <= limit + CLAIMANT_PROBE_MAX_GAP + 0.1, defended
+        assert n.probes and all(t <= defended[0] for t, _ in n.probes)
+        gaps = [b[0] - a[0] for a, b in zip(n.probes, n.probes[1:], strict=False)]
+        adv = n.election.machine.advert_interval
+        assert all(g >= adv - 1e-9 for g in gaps), gaps
+        # Three an interval apart (and the verdict's wait), then at doubling gaps up to 1 s.
+        assert gaps[:2] == [pytest.approx(adv + CLAIMANT_PROBE_WAIT)] * 2, gaps
+        assert max(gaps) <= CLAIMANT_PROBE_MAX_GAP + CLAIMANT_PROBE_WAIT + 1e-9, gaps
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)
+
+
+def test_a_claimant_check_ends_when_we_step_down() -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        assert n.wire is not None
+        x = "02:00:00:00:00:99"
+        n.clock.now += 5.0
+        n.election._on_claim(x)
+        fire_within(n, CLAIM_SETTLE + 0.001)
+        n.clock.now += 1.0
+        mark = len(n.events)
+        n.election._on_claim(x)
+        fire_within(n, CLAIM_SETTLE + 0.001)
+        n.wire.inject(advert(PEER, 254))  # a better router: we step down
+        await until(lambda: n.election.machine.state is state.State.BACKUP)
+        fire_within(n, 3.0)
+        assert n.probes == [] and garps(n, mark) == 0
         n.stop.set()
         await n.stopped()
 

@@ -16,7 +16,9 @@ What it is: the driver for ``vipd.host.conflict`` (RFC 5227 / RFC 4862 §5.4):
 - ``ClaimWatch``: while running (IPv4), a packet socket on the interface for ARP; every
   ARP frame whose sender IP is the VIP and whose sender MAC is not ours (a gratuitous ARP
   or a reply from another host) is handed to a callback, which counts and logs it when
-  this node leads. Frames this node sends itself are skipped.
+  this node leads. Frames this node sends itself are skipped. ``probe(mac)`` asks one
+  claimant, by a unicast ARP probe, whether it still has the VIP: its answer, if any, comes
+  back to the callback as a claim.
 
 What it must not do: decide leadership, or keep a probe running: the start-up check is
 bounded (``PROBES`` × ``PROBE_GAP`` + ``WAIT``, plus at most 4 intervals when someone
@@ -236,6 +238,10 @@ class ClaimWatch:
             claimant = parse_claim(data, self.vip)
             if claimant is not None and claimant not in (self.own, self.also_own):
                 self.on_claim(format_mac(claimant))
+
+    def probe(self, mac: str) -> None:
+        """A unicast ARP probe for the VIP to ``mac`` (OSError if it cannot be sent)."""
+        self.sock.send(probe_frame(self.own, self.vip, to=parse_mac(mac)))
 
     def close(self) -> None:
         self.sock.close()

@@ -2,9 +2,10 @@
 
 What it is: the frames and the judgement, no I/O.
 
-- ``probe_frame(mac, vip)``: IPv4, an ARP Probe (RFC 5227 §2.1.1): an ARP request with
-  sender IP 0.0.0.0, so that asking does not itself claim the address, for target IP =
-  the VIP. IPv6, a DAD Neighbor Solicitation (RFC 4862 §5.4.2): from ``::`` to the VIP's
+- ``probe_frame(mac, vip, to=None)``: IPv4, an ARP Probe (RFC 5227 §2.1.1): an ARP request
+  with sender IP 0.0.0.0, so that asking does not itself claim the address, for target IP =
+  the VIP; broadcast, or unicast to one MAC (``to``: is that host still holding it?).
+  IPv6, a DAD Neighbor Solicitation (RFC 4862 §5.4.2): from ``::`` to the VIP's
   solicited-node multicast group, target = the VIP, no source link-layer option.
 - ``parse_claim(frame, vip)``: whether a received Ethernet frame says that some host *has*
   the VIP, and which MAC: IPv4, any ARP packet whose sender IP is the VIP (a reply to our
@@ -48,12 +49,17 @@ def multicast_mac(group: IPv6Address) -> bytes:
     return b"\x33\x33" + group.packed[12:]
 
 
-def probe_frame(mac: bytes, vip: IPv4Address | IPv6Address) -> bytes:
-    """The Ethernet frame that asks whether anyone has ``vip`` without claiming it."""
+def probe_frame(mac: bytes, vip: IPv4Address | IPv6Address, to: bytes | None = None) -> bytes:
+    """The Ethernet frame that asks whether anyone (IPv4: or only the host ``to``) has
+    ``vip`` without claiming it."""
     if len(mac) != 6:
         raise ValueError("mac must be 6 bytes")
+    if to is not None and (len(to) != 6 or not isinstance(vip, IPv4Address)):
+        raise ValueError("a unicast probe is an IPv4 ARP probe to a 6-byte MAC")
     if isinstance(vip, IPv4Address):
-        eth = BROADCAST_MAC + mac + struct.pack("!H", ETH_P_ARP)
+        # RFC 5227 §2.1.1 broadcasts its probes; a unicast one asks only that host, and a
+        # Linux host answers it as it does a broadcast one (net/ipv4/arp.c, arp_process).
+        eth = (to or BROADCAST_MAC) + mac + struct.pack("!H", ETH_P_ARP)
         # htype 1, ptype IPv4, hlen 6, plen 4, op 1 (request); sender IP 0.0.0.0,
         # target MAC zero (RFC 5227 §2.1.1: "SHOULD be set to all zeroes").
         arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + mac + b"\x00" * 4 + b"\x00" * 6

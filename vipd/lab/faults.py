@@ -239,6 +239,25 @@ class Chaos:
                 )
         self._nft("\n".join(lines) + "\n")
 
+    def allow_vrrp(self, src: str, dst: str) -> int:
+        """Lift ``drop_vrrp``'s rules from ``src`` to ``dst`` only (the rest stay); how many."""
+        if not self._ready:
+            return 0
+        out = self.lab.exec(
+            self.lab.lan_ns, ["nft", "-a", "-j", "list", "table", "bridge", self.TABLE]
+        ).stdout
+        wanted = {f"vrrp-{fam} {src}>{dst}" for fam in ("v4", "v6")}
+        handles = [
+            int(rule["handle"])
+            for item in json.loads(out).get("nftables", [])
+            if (rule := item.get("rule")) and rule.get("comment") in wanted
+        ]
+        if handles:
+            self._nft(
+                "".join(f"delete rule bridge {self.TABLE} forward handle {h}\n" for h in handles)
+            )
+        return len(handles)
+
     def partition_vrrp(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
         """No VRRP crosses between the two groups of nodes (other traffic still flows)."""
         b_side = list(side_b)
