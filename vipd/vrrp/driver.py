@@ -37,11 +37,18 @@ its second advert), or no backup can still come (``handover_bound``): make-befor
 successor, after a priority-0 advert, advertises first and binds, announces and advertises
 again ``release_contest`` later, unless a better backup's advert reached it in between (its
 down timer's wait on the VRRP socket reads it): backups of one priority fire together, and
-only one of them binds. With ``election.vrrp.vmac``
+only one of them binds.
+
+Claims on the VIP while Active (IPv4, ``vipd.host.arpwatch.ClaimWatch``; RFC 5227 §2.4): a
+peer's (next to a lower-priority advert of our VRID) is answered at once, a foreign host's
+CLAIM_SETTLE later and at most once per DEFEND_INTERVAL; a claimant whose announcement may be
+the clients' latest is asked by unicast ARP probes whether it still has the VIP, and once it
+does not, the VIP is announced again (see CLAIMANT_PROBE_WAIT). With ``election.vrrp.vmac``
 the VIP, the adverts and the gratuitous ARP use a macvlan with the virtual MAC (RFC 9568
 §7.3), made in ``prepare``.
 
-What it must not do: decide anything itself (``vrrp.state`` decides), decode packets
+What it must not do: decide the election (``vrrp.state`` decides; the claim policy above
+only ever announces a VIP this node already holds), decode packets
 (``vrrp.packet``), touch the VIP (the agent's controller does), or let a malformed packet
 from the wire raise into the loop: every decode error is counted by reason and dropped.
 """
