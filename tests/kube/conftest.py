@@ -24,6 +24,7 @@ from vipd.lab.analysis import Outage, measure
 from vipd.lab.kubebed.bed import KubeBed, Timing, usable
 from vipd.lab.kubebed.verdict import GRACEFUL_OVERLAP, Verdict, excerpt, judge
 from vipd.lab.timeline import Exclusions
+from vipd.lease.logic import REQUEST_FRACTION
 
 # Where Window.check appends each scenario's verdict (bench/lease_faults.py sets it).
 FAULT_TABLE_ENV = "VIPD_FAULT_TABLE"
@@ -34,6 +35,21 @@ MARGIN = 1.5
 # The longest no-holder span the timings allow: a follower acquires within duration +
 # retry period of the last renewal it saw.
 GAP_LIMIT = TIMING.takeover_bound() + MARGIN
+# vipd.lease.logic's request timeouts: a leader's cap, and a follower's (r in the design doc).
+CAP = max(0.2, TIMING.renew_deadline * REQUEST_FRACTION)
+SHORT = max(0.2, min(CAP, TIMING.retry_period))
+
+
+def survivors_read_again(bed: KubeBed, survivors: list[str], within: float) -> float:
+    """Seconds until every survivor's API server has answered a Lease read (each tried every
+    0.2 s, a second each); ``within`` if one never did."""
+    t0 = time.monotonic()
+    waiting = set(survivors)
+    while waiting and time.monotonic() - t0 < within:
+        waiting = {n for n in waiting if not bed.lease_readable(n)}
+        if waiting:
+            time.sleep(0.2)
+    return min(time.monotonic() - t0, within)
 
 
 @pytest.fixture(scope="module")

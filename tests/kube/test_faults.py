@@ -34,11 +34,18 @@ from datetime import datetime
 
 import pytest
 
-from tests.kube.conftest import GAP_LIMIT, MARGIN, TIMING, Window
+from tests.kube.conftest import (
+    CAP,
+    GAP_LIMIT,
+    MARGIN,
+    SHORT,
+    TIMING,
+    Window,
+    survivors_read_again,
+)
 from vipd.lab.faults import drop_address
 from vipd.lab.kubebed.bed import KubeBed
 from vipd.lab.topology import VIP4
-from vipd.lease.logic import REQUEST_FRACTION
 
 pytestmark = pytest.mark.kube
 
@@ -46,9 +53,6 @@ D, R, P = TIMING.duration, TIMING.renew_deadline, TIMING.retry_period
 # Long enough for a follower to acquire if it is going to: the leader's last renewal, the
 # renew deadline, the lease duration, a retry period and slack.
 HOLD = D + R + 2 * P + 2
-# vipd.lease.logic's request timeouts: a leader's cap, and a follower's (r in the design doc).
-CAP = max(0.2, R * REQUEST_FRACTION)
-SHORT = max(0.2, min(CAP, P))
 
 
 def _recover(bed: KubeBed, window: Window, label: str) -> None:
@@ -156,18 +160,6 @@ def test_5_whole_etcd_down(bed: KubeBed, window: Window, outage: float) -> None:
     window.check(gap_limit=outage - R + D + P + MARGIN)
 
 
-def _survivors_read_again(bed: KubeBed, survivors: list[str], within: float) -> float:
-    """Seconds until every survivor's API server has answered a Lease read (each tried every
-    0.2 s, a second each); ``within`` if one never did."""
-    t0 = time.monotonic()
-    waiting = set(survivors)
-    while waiting and time.monotonic() - t0 < within:
-        waiting = {n for n in waiting if not bed.lease_readable(n)}
-        if waiting:
-            time.sleep(0.2)
-    return min(time.monotonic() - t0, within)
-
-
 @pytest.mark.parametrize(
     "led_etcd", [False, True], ids=["etcd-leader-elsewhere", "etcd-leader-on-it"]
 )
@@ -187,7 +179,7 @@ def test_6_leader_node_partitioned_then_healed(
         # its first good read and binds a retry period and two requests after its write
         # (docs/design/lease-unreachable.md, fault 6): E + D - RD + 3 RP + 4 r.
         survivors = [n.name for n in bed.nodes if n.name != old]
-        e = _survivors_read_again(bed, survivors, HOLD)
+        e = survivors_read_again(bed, survivors, HOLD)
         print(f"\nthe survivors' API servers read the Lease again {e:.2f} s after the partition")
         gap_limit = e + D - R + 3 * P + 4 * SHORT + MARGIN
         time.sleep(max(0.0, HOLD + 2 - e))
