@@ -108,7 +108,10 @@ def test_vipd_removes_a_killed_runs_leftover_at_start(net: Net, vipd: Runs) -> N
     assert wait_for(lambda: len(servers()) == 3, BOUND) is not None
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
-    assert len(servers()) == 3  # SIGKILL: nothing could clean up
+    # SIGKILL: nothing could clean up, so the service is left with whatever backends it had
+    # at that moment (the pool may still be settling: a bootstrap backend swapped out as the
+    # health checks come in).
+    assert servers(), ipvs_table()
     sh("ip", "addr", "del", f"{VIP}/32", "dev", "br0", check=False)  # as a successor would
     before = vipd.text().count("DelService")
     # the next start: its first pass (as follower, before it has won the election) deletes
