@@ -54,7 +54,7 @@ from vipd.lab.kubelet_bed.bed import (
 from vipd.lab.kubelet_bed.clients import PodSeen
 from vipd.lab.kubelet_bed.node import MachineError
 from vipd.lab.kubelet_bed.podlogs import LogLine
-from vipd.lab.prober import Prober
+from vipd.lab.prober import client_gap
 from vipd.lab.topology import LabError
 from vipd.lab.wire import Capture, WireAdvert
 from vipd.vrrp.state import master_down_interval
@@ -84,17 +84,6 @@ def withdrawn(claim: AddrEvent, events: Sequence[AddrEvent]) -> bool:
         not e.added and e.node == claim.node and 0 <= e.at - claim.at <= OVERLAP_LIMIT
         for e in events
     )
-
-
-def client_gap(prober: Prober, start: float, end: float) -> tuple[float, int]:
-    """Longest span between answered connects with ``start <= attempt <= end`` (monotonic),
-    and the number of failed connects; ValueError when none was answered."""
-    tries = [a for a in prober.attempts() if start <= a.start <= end]
-    ok = [a.start for a in tries if a.ok]
-    if not ok:
-        raise ValueError("the prober saw no answer through the VIP")
-    gap = max((b - a for a, b in itertools.pairwise(ok)), default=0.0)
-    return gap, sum(1 for a in tries if not a.ok)
 
 
 def clients_seen(

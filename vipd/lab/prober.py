@@ -34,6 +34,7 @@ import collections
 import contextlib
 import errno
 import ipaddress
+import itertools
 import math
 import os
 import selectors
@@ -379,3 +380,14 @@ class Prober:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def client_gap(prober: Prober, start: float, end: float) -> tuple[float, int]:
+    """Longest span between answered connects with ``start <= attempt <= end`` (monotonic),
+    and the number of failed connects; ValueError when none was answered."""
+    tries = [a for a in prober.attempts() if start <= a.start <= end]
+    ok = [a.start for a in tries if a.ok]
+    if not ok:
+        raise ValueError("the prober saw no answer through the VIP")
+    gap = max((b - a for a, b in itertools.pairwise(ok)), default=0.0)
+    return gap, sum(1 for a in tries if not a.ok)
