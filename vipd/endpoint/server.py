@@ -61,16 +61,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from ipaddress import IPv6Address, ip_address
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from vipd import log as vlog
+from vipd.aio import on_loop
 from vipd.host import sdnotify
 
 if TYPE_CHECKING:
     import asyncio
     from types import ModuleType
 
-T = TypeVar("T")
 
 # asyncio and the metrics are imported where they are used: binding the
 # port comes first in a start, and the rest of the imports run while the start-up probe
@@ -93,27 +93,6 @@ MAX_HEAD = 16 * 1024
 
 # Descriptors of listening sockets kept bound until the process ends (Endpoint.close).
 _HELD_LOCKS: list[int] = []
-
-
-def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], T], timeout: float) -> T:
-    """``fn()`` called on ``loop`` from another thread, waited for up to ``timeout`` seconds
-    (``concurrent.futures.TimeoutError`` after it; a loop that gets to it later then skips it).
-    What ``fn`` raises, or the closed loop's error, is raised here."""
-    done: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def run() -> None:
-        if done.set_running_or_notify_cancel():
-            try:
-                done.set_result(fn())
-            except Exception as exc:
-                done.set_exception(exc)
-
-    loop.call_soon_threadsafe(run)
-    try:
-        return done.result(timeout=timeout)
-    except concurrent.futures.TimeoutError:
-        done.cancel()
-        raise
 
 
 class ListenError(Exception):

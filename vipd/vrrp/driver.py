@@ -72,10 +72,10 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from vipd import log as vlog
 from vipd import metrics, track
+from vipd.aio import on_loop
 from vipd.config import Config
 from vipd.controller import Controller
 from vipd.election import FOLLOWER, INIT, LEADER, Host, Publish, Transition, VipLink
-from vipd.endpoint.server import on_loop
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
 from vipd.health.tracker import Outcome as HealthOutcome
