@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2] / "vipd"
 PURE = [
     "vrrp/packet.py",
+    "vrrp/auth.py",
     "vrrp/state.py",
     "config.py",
     "host/neighbor.py",
