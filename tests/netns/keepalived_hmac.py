@@ -9,9 +9,8 @@ priority-0 advert is captured too) and ``Sender`` (a raw VRRP socket opened in a
 namespace that sends bytes built by ``vipd.vrrp.packet`` and ``vipd.vrrp.auth``).
 
 keepalived 2.4 is newer than Debian's, so it is not on CI's machines: the binary is named by
-the environment variable ``VIPD_KEEPALIVED_HMAC`` (a keepalived built from its public
-repository, github.com/acassen/keepalived, tag v2.4.0 or later, ``./configure && make``; the
-binary is ``keepalived/keepalived`` in the build tree). Nothing here builds it.
+the environment variable ``VIPD_KEEPALIVED_HMAC`` (a keepalived 2.4 or later with its VRRP
+authentication support, github.com/acassen/keepalived). Nothing here builds or fetches it.
 
 Recording (as root, from the repository root):
 
@@ -175,6 +174,7 @@ class Keepalived:
     conf_text: str
     name: str
     proc: subprocess.Popen[Any] | None = None
+    mastered: int = 0  # where in the log it first entered MASTER (set by the caller)
     run_dir: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -197,7 +197,7 @@ class Keepalived:
             str(d / "vrrp.pid"),
             "-c",
             str(d / "checkers.pid"),
-        ]  # no -b: a default ./configure builds keepalived without BFD, which refuses it
+        ]  # no -b: a keepalived built without BFD refuses it
 
     def start(self) -> None:
         conf = self.run_dir / "keepalived.conf"
@@ -223,13 +223,14 @@ class Keepalived:
             self.proc.kill()
             self.proc.wait(timeout=5)
 
-    def wait_log(self, needle: str, timeout: float) -> bool:
+    def wait_log(self, needle: str, timeout: float, since: int = 0) -> bool:
+        """True once ``needle`` is in the log past its first ``since`` characters."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if needle in self.log():
+            if needle in self.log()[since:]:
                 return True
             time.sleep(0.05)
-        return needle in self.log()
+        return needle in self.log()[since:]
 
 
 def ip_packets(pcap: Path) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@ real keepalived 2.4 sent in network namespaces, plus the policy and the sequence
 
 The fixtures (tests/unit/data/keepalived_auth_hmac.json) were recorded as root with
 
-    VIPD_KEEPALIVED_HMAC=/work/build/keepalived/keepalived/keepalived \\
+    VIPD_KEEPALIVED_HMAC=/path/to/keepalived \\
         .venv/bin/python -m tests.netns.keepalived_hmac tests/unit/data/keepalived_auth_hmac.json
 
 that is: for each scenario of ``tests.netns.keepalived_hmac.SCENARIOS`` a 2-node lab
@@ -12,8 +12,8 @@ fixture, key directory written as /KEYDIR), ``tcpdump -Q in`` on n1's bridge por
 (``vipd.lab.wire.Capture``) until 3 adverts went out as master, then SIGTERM so the
 priority-0 advert is captured too. Each advert is kept whole (``ip_packet``: IP header
 included) with src, dst, TTL and the capture time, which is the ``now`` its time-mode check is
-run at here. The keepalived binary was built from github.com/acassen/keepalived (its version
-line is the fixture's ``keepalived`` field); the keys are test keys (``KEYS`` there).
+run at here. The keepalived was 2.4.3-30-g9cbce3e2 of github.com/acassen/keepalived (its
+``-v`` line is the fixture's ``keepalived`` field); the keys are test keys (``KEYS`` there).
 """
 
 from __future__ import annotations
