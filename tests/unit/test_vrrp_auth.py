@@ -137,6 +137,11 @@ def test_every_keepalived_advert_decodes_and_verifies_in_order(s: dict[str, Any]
         assert (verdict.accept, verdict.reason) == (True, want), a
         if trailer is not None:
             assert verdict.key_id == s["active_key"]
+            # keepalived's sequence is its clock in both replay modes (the counter only breaks
+            # ties within one 1/65536 s), which is what auth.next_sequence sends.
+            tr = auth.Trailer.decode(trailer)
+            assert abs(tr.seconds + tr.subsec / 65536 - a["captured_at"]) < 1.0
+            assert tr.counter == 0
     assert priorities[0] == 200 and priorities[-1] == 0  # SIGTERM: the priority-0 advert
 
 
