@@ -39,18 +39,24 @@ length / IPv6 payload length):
 How the VRRP driver plugs it in (not wired yet):
 
 - Start: `vipd.vrrp.keyfile.read_keyring` for the configured key files, then one `Signer` and
-  one `Verifier` per virtual router (``hashlib``/``hmac`` load only then, so a node without auth
-  pays nothing).
+  one `Verifier` per virtual router (``senders``: the number of unicast peers, or keepalived's
+  4 for multicast). Import this module only where auth is configured: ``hashlib`` costs a node
+  without auth memory for nothing (see ``packet._same_auth``).
 - Per received datagram, after ``packet.parse_ipv4`` (IPv4) or the IPv6 receive path:
   ``message, trailer = auth.split(payload, ipv6=...)``; ``packet.decode(message, ...)`` (IPv6
   with ``verify_checksum=False`` as today: the kernel verified the whole payload) and
   ``packet.check(...)`` as today; then ``verdict = verifier.verify(message, trailer, src=src,
-  now=time.time())`` and, unless ``verdict.accept``, count ``verdict.reason`` and drop.
-- Per sent advert: ``wire = message + signer.trailer(message, src=src, now=time.time())``, once
-  per logical advert (every unicast copy carries the same trailer); the IPv4 checksum stays
-  the message's, the kernel recomputes the IPv6 one over the whole payload.
-- The advert-size budget (how many VIPs fit in the MTU) loses `TRAILER_LEN` bytes while the
-  signer's mode sends trailers.
+  now=time.time())`` and, unless ``verdict.accept``, count ``verdict.reason`` and drop. A
+  ``verdict.skew`` beyond half the window on an accepted advert is keepalived's "clock skew
+  approaching window" warning.
+- Per sent advert: ``trailer = signer.trailer(message, src=src, now=time.time())`` once per
+  logical advert, appended to every copy (a v3 IPv4 unicast sender encodes one message per
+  peer: the checksum differs, the HMAC does not). ``src`` must be the source the kernel puts in
+  the IP header (IPv6: the link-local address), or every peer answers "bad-hmac". The IPv4
+  checksum stays the message's; the kernel recomputes the IPv6 one over the whole payload.
+- The advert-size budget (how many VIPs fit in the MTU) loses ``signer.overhead`` bytes.
+- Config: keepalived refuses auth_hmac together with the v2 password (it drops the password),
+  and its ``strict_mode`` requires enforce.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ __all__ = [
     "HMAC_LEN",
     "KEY_MAX",
     "KEY_MIN",
+    "MCAST_SENDERS",
     "TRAILER_LEN",
     "WINDOW_MAX",
     "WINDOW_MIN",
@@ -87,6 +94,7 @@ __all__ = [
     "mac",
     "next_sequence",
     "parse_key",
+    "sign",
     "split",
 ]
 
@@ -386,7 +394,8 @@ class Verifier:
     def verify(
         self, message: bytes, trailer: bytes | None, *, src: IPAddress, now: float
     ) -> Verdict:
-        """Judge one received advert (``split``'s parts) from ``src`` at ``now``."""
+        """Judge one received advert from ``src`` at ``now``: ``split``'s parts (a trailer
+        of any other length than `TRAILER_LEN` is a ValueError, not a verdict)."""
         if trailer is None:
             return decide(self.mode, Result.MISSING)
         result, key_id, skew = self._check(message, Trailer.decode(trailer), src, now)
