@@ -320,19 +320,23 @@ def record(path: str) -> dict[str, Any]:
 
 
 class Sender:
-    """A raw VRRP socket in ``node``'s namespace, bound to its address (IPv6: link-local, as
-    keepalived and vipd send), hop limit 255; the kernel builds the IP header (IPv4 total
-    length = the payload given) and, for IPv6, the checksum over the whole payload."""
+    """A raw VRRP socket in ``node``'s namespace, bound to its address (IPv6 multicast: the
+    link-local one, as keepalived and vipd send; unicast: the global one keepalived lists as
+    its peer), hop limit 255; the kernel builds the IP header (IPv4 total length = the payload
+    given) and, for IPv6, the checksum over the whole payload."""
 
-    def __init__(self, lab: Lab, node: Node, family: Literal[4, 6]) -> None:
+    def __init__(self, lab: Lab, node: Node, family: Literal[4, 6], *, unicast: bool) -> None:
         self.family = family
         self.src: ipaddress.IPv4Address | ipaddress.IPv6Address
         if family == 4:
             self.src = ipaddress.IPv4Address(node.ipv4)
             self.sock = in_netns(node.ns, lambda: self._open4(str(self.src)))
         else:
-            out = lab.ip(node.ns, "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link")
-            self.src = ipaddress.IPv6Address(out.split()[3].split("/")[0])
+            if unicast:
+                self.src = ipaddress.IPv6Address(node.ipv6)
+            else:
+                out = lab.ip(node.ns, "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link")
+                self.src = ipaddress.IPv6Address(out.split()[3].split("/")[0])
             index = int(lab.ip(node.ns, "-o", "link", "show", "eth0").split(":")[0])
             self.sock = in_netns(node.ns, lambda: self._open6(str(self.src), index))
 

@@ -7,8 +7,9 @@ What it tests:
   100 on n1; n2 sends priority-200 adverts from a raw socket, built by ``vipd.vrrp.packet`` and
   signed by ``vipd.vrrp.auth``. Unsigned, signed with a wrong key, or with an unknown key id,
   keepalived names the fault in its log and stays MASTER; signed with key 2 (a rotation: not
-  its active key) it goes BACKUP; the same signed bytes again are logged as replayed. In
-  permissive mode an unsigned advert makes it BACKUP.
+  its active key) it goes BACKUP; the same signed bytes again are logged as replayed. v2
+  IPv4 unicast, v3 IPv4 and IPv6, multicast and unicast. In permissive and receive-only mode
+  a wrong key is still refused and an unsigned advert makes it BACKUP.
 - keepalived → vipd: the adverts keepalived sends verify with ``auth.Verifier`` at the time
   they were captured, with the key read from the same file keepalived read it from.
 
@@ -62,6 +63,8 @@ INBOUND = [
     kh.Scenario("v3-ipv4-multicast", 3, 4, False, (1, 2), 1, window=5),
     kh.Scenario("v3-ipv6-multicast", 3, 6, False, (1, 2), 1, "monotonic"),
     kh.Scenario("v2-ipv4-unicast", 2, 4, True, (1, 2), 1, window=5),
+    kh.Scenario("v3-ipv4-unicast", 3, 4, True, (1, 2), 1, "monotonic"),
+    kh.Scenario("v3-ipv6-unicast", 3, 6, True, (1, 2), 1, window=5),
 ]
 
 
@@ -71,7 +74,7 @@ class Peer:
     def __init__(self, lab: Lab, scenario: kh.Scenario) -> None:
         self.scenario = scenario
         n1, n2 = lab.node("n1"), lab.node("n2")
-        self.sender = kh.Sender(lab, n2, scenario.family)
+        self.sender = kh.Sender(lab, n2, scenario.family, unicast=scenario.unicast)
         group = packet.GROUP_V4 if scenario.family == 4 else packet.GROUP_V6
         self.dst = ip_address(n1.addr(scenario.family)) if scenario.unicast else group
         advert = packet.Advert(
@@ -156,14 +159,20 @@ def test_keepalived_accepts_vipd_signed_adverts_and_only_those(
         ka.stop()
 
 
-def test_permissive_keepalived_accepts_unsigned_adverts(
-    keepalived_hmac: str, netns_ok: None, make_lab: Callable[..., Lab]
+@pytest.mark.parametrize("mode", ["permissive", "receive-only"])
+def test_migrating_keepalived_takes_unsigned_adverts_but_not_bad_ones(
+    keepalived_hmac: str, netns_ok: None, make_lab: Callable[..., Lab], mode: str
 ) -> None:
+    """keepalived's migration modes: a trailer that is present is still verified (a wrong key
+    is refused and it stays MASTER), a missing one is accepted (it goes BACKUP)."""
     lab = make_lab(2)
     scenario = INBOUND[0]
-    ka = _start(lab, keepalived_hmac, scenario, mode="permissive")
+    ka = _start(lab, keepalived_hmac, scenario, mode=mode)
     peer = Peer(lab, scenario)
     try:
+        bad = KeyRing({1: WRONG_KEY}, 1)
+        assert peer.send_until(ka, "invalid authentication HMAC from", bad), ka.log()
+        assert "Entering BACKUP STATE" not in ka.log()[ka.mastered :], ka.log()
         assert peer.send_until(ka, "Entering BACKUP STATE", None), ka.log()
         assert "missing authentication trailer" not in ka.log()
     finally:
