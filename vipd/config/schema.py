@@ -16,6 +16,21 @@ What it is
     a default that depends on other keys. `walk` lists every declared key with its dotted
     name, for the environment overrides, the reference test and ``vipd check``.
 
+Adding a key
+    One field on its section's dataclass, e.g. in ``sections.py``::
+
+        # seconds a scrape may take
+        timeout: float = field(default=5.0, metadata=spec(seconds(0.1, 60)))
+
+    with a rule from here (`integer`, `number`, `seconds`, `choice`, `flag`), from
+    ``rules.py``/``kubeapi.py``, or a function ``(check, key, value, got) -> value`` written
+    beside the dataclass that calls ``check.fail(key, rule, value)``; a rule that reads another
+    key of the section lists it in ``needs=`` (or runs as ``then=`` on the later one). Then a
+    row in ``docs/reference/config.md`` with the same default and the key in
+    ``examples/vipd.yaml`` (tests/unit/test_config_schema.py and test_config.py check both).
+    A new section is a dataclass like these plus a field of `vipd.config.Config` with
+    ``metadata=spec(section=TheClass)``.
+
 What it must not do: know any particular key (the section modules declare them), read the
 environment or do any I/O.
 """
