@@ -249,3 +249,11 @@ def test_v6_vips_are_read_too() -> None:
     with pytest.raises(ConfigError) as e:
         read(c, "election.vrrp", Vrrp, {"vrid": 1, "version": 2})
     assert e.value.key == "election.vrrp.version"
+
+
+@pytest.mark.parametrize("cls", [Config, Election, *SECTIONS], ids=lambda c: c.__name__)
+def test_every_field_of_a_section_is_declared(cls: type) -> None:
+    """A field without ``spec`` or ``derived`` would be no key and never read: its default
+    would be all a user ever gets, silently."""
+    for f in dataclasses.fields(cls):
+        assert "spec" in f.metadata or "derived" in f.metadata, f"{cls.__name__}.{f.name}"
