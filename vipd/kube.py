@@ -2,8 +2,9 @@
 
 What it is
     One way to reach the API server, shared by the Lease backend (`vipd.lease.driver`) and
-    IPVS discovery (`vipd.ipvs.discovery`); each builds an `Access` from its own config
-    section (``election.lease``, ``ipvs.discovery``), so a config error names that section's key.
+    IPVS discovery (`vipd.ipvs.discovery`); each passes the `Access` of its own config
+    section (``election.lease``, ``ipvs.discovery``: `vipd.config.KubeAccess`, whose keys and
+    rules both sections declare once), so a config error names that section's key.
 
     Credentials, in order (`candidates`):
 
@@ -41,10 +42,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vipd import log as vlog
-from vipd.config import ConfigError
+from vipd.config import ConfigError, KubeAccess
 
 if TYPE_CHECKING:
-    from vipd.config import IpvsDiscovery, Lease
+    from vipd.config import Lease
 
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
 SUPER_ADMIN_CONF = "super-admin.conf"
@@ -53,27 +54,9 @@ IN_CLUSTER = "in-cluster"
 NOT_AUTHORISED = (401, 403)
 
 
-@dataclass(frozen=True, slots=True)
-class Access:
-    """Where and how one user of the API reaches it (a config section, resolved)."""
-
-    kubeconfig: str | None
-    api_server: str | None
-    tls_server_name: str | None
-    key: str  # the config key of ``kubeconfig``, for errors
-
-    @classmethod
-    def from_lease(cls, lease: Lease) -> Access:
-        return cls(
-            lease.kubeconfig, lease.api_server, lease.tls_server_name, "election.lease.kubeconfig"
-        )
-
-    @classmethod
-    def from_discovery(cls, discovery: IpvsDiscovery) -> Access:
-        # The same local API server and certificate name as the Lease backend's defaults.
-        return cls(
-            discovery.kubeconfig, discovery.api_server, "kubernetes", "ipvs.discovery.kubeconfig"
-        )
+# Where and how one user of the API reaches it: a config section's access keys, as
+# `vipd.config` declares them (``Access.from_lease``, ``Access.from_discovery``).
+Access = KubeAccess
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from vipd import config
-from vipd.config import Config, ConfigError, Election, Garp, Health, Log, Vrrp, load, parse
+from vipd.config import Config, ConfigError, Election, Garp, Log, Vrrp, load, parse
+from vipd.config.schema import walk
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "vipd.yaml"
@@ -743,28 +744,13 @@ def test_yaml_bools_and_quoting(tmp_path: Path) -> None:
 # -- the example file and the docs -----------------------------------------------------------
 
 
-def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
-    keys = set()
-    hints = {f.name: f.type for f in dataclasses.fields(cls)}
-    nested = {"election": Election, "vrrp": Vrrp, "garp": Garp, "log": Log, "health": Health}
-    nested["ipvs"] = config.Ipvs
-    nested["discovery"] = config.IpvsDiscovery
-    nested["metrics"] = config.Metrics
-    nested["lease"] = config.Lease
-    nested["notify"] = config.Notify
-    for name in hints:
-        name = {"vrrp_section": "vrrp"}.get(name, name)  # Election.vrrp is a property
-        key = f"{prefix}{name}"
-        if name in nested:
-            keys |= _dotted_keys(nested[name], key + ".")
-        else:
-            keys.add(key)
-    return keys
-
-
-# "track" is a list: its items' keys are track[].<key>. "vip" is the one-address spelling of
-# the field vips.
-ALL_KEYS = _dotted_keys(Config) | {"vip"}
+# Every declared key (vipd.config.schema), sections by their keys. "track" is a list: its
+# items' keys are track[].<key>. "vip" is the one-address spelling of the field vips.
+ALL_KEYS = {
+    k.dotted
+    for k in walk(Config)
+    if (k.spec.section is None or k.spec.many) and "[]" not in k.dotted
+} | {"vip"}
 
 
 def test_docs_name_every_key_of_a_track_item() -> None:
