@@ -87,10 +87,9 @@ def scrape() -> dict[str, str]:
     from vipd import metrics
 
     populate()
-    return {
-        "text": metrics.REGISTRY.expose(False).decode(),
-        "openmetrics": metrics.REGISTRY.expose(True).decode(),
-    }
+    text, _ = metrics.exposition("")
+    openmetrics, _ = metrics.exposition("application/openmetrics-text; version=1.0.0")
+    return {"text": text.decode(), "openmetrics": openmetrics.decode()}
 
 
 def parse(text: str) -> dict[str, dict[str, object]]:
