@@ -21,7 +21,7 @@ escaped text exactly as written); the set of its samples, each by sample name an
 - the order of families, of samples in a family and of labels in a sample: a scraper reads
   them as sets (Prometheus' data model has no order), and the text formats allow any order;
 - how a value is spelled (``1`` and ``1.0`` are the same number): only the number counts;
-- the content type: ``test_httpd.py`` checks the negotiation.
+- the content type: ``test_metrics.py`` and ``test_httpd.py`` check the negotiation.
 
 Run ``python -m tests.unit.test_metrics_golden --write`` to rewrite the fixture, only for a
 change to the metrics that is meant (and documented in docs/reference/metrics.md).
