@@ -2,10 +2,12 @@
 
 What it is: the metric definitions (``vipd_`` prefix, base units: seconds, frames, adverts),
 each with help text that says how to read it, on vipd's own registry ``REGISTRY`` (served on
-``metrics.listen``, by default ``:2112/metrics``, see ``vipd.endpoint.server``), plus a few
-helpers that keep label sets consistent (``set_role``, ``set_master``). The README's metrics
-table lists them all, and ``tests/unit/test_metrics.py`` checks that every metric defined here
-is in that table, has help text and the prefix, and that ``promtool check metrics`` is clean.
+``metrics.listen``, by default ``:2112/metrics``, see ``vipd.endpoint.server``, which calls
+`exposition`), plus a few helpers that keep label sets consistent (``set_role``,
+``set_master``). The README's metrics table lists them all, and ``tests/unit/test_metrics.py``
+checks that every metric defined here is in that table, has help text and the prefix, and
+that ``promtool check metrics`` is clean; ``tests/unit/test_metrics_golden.py`` keeps the
+scrape's families, HELP texts, types and labels as they were.
 
 Adding a metric (each feature adds its own, in its own section below): define it here with
 ``registry=REGISTRY``, name it ``vipd_<thing>_<unit>[_total]``, write help text that says what
@@ -14,28 +16,130 @@ timestamp or a free-form reason: ``vrrp.state.reason_label()`` is the pattern), 
 the label values that are known up front (so a query sees 0, not "no data"), and add a row
 to the README's metrics table.
 
-The types and the text exposition are vipd's own (``vipd.exposition``): a counter update is
-one add on an object the caller may keep, so the advert path counts for free.
+The types, the process metrics and both text formats (0.0.4 and OpenMetrics 1.0) are
+prometheus_client's (https://github.com/prometheus/client_python); vipd adds a gauge with no
+sample while its value is unknown (`OptionalGauge`) and hooks run before each scrape
+(`Registry.before_expose`).
 
-What it must not do: do any I/O, or be imported by the pure core (the core returns data and
-the shell counts it). Updating a metric is cheap but still happens *after* the VIP is bound
-and announced on the takeover path, never before.
+What it must not do: do any I/O, or be imported by the pure core (prometheus_client takes
+locks and starts with threading; the core returns data and the shell counts it). Updating a
+metric is cheap (a lock and an add) but still happens *after* the VIP is bound and announced
+on the takeover path, never before.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 from vipd import __version__
-from vipd.exposition import Counter, Gauge, Histogram, OptionalGauge, ProcessMetrics, Registry
+
+# No *_created series next to every counter and histogram: they double the exposition and
+# the text format 0.0.4 does not use them (the process start time is exported anyway). It
+# is prometheus_client's global switch: vipd is its only user in the process.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+class Registry(CollectorRegistry):
+    """prometheus_client's registry, with functions run before each collection (a scrape,
+    ``get_sample_value``), by name: what brings counters up to date that are updated lazily
+    (a VRRP Backup's quiet copies)."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_describe=True)
+        self._before: dict[str, Callable[[], None]] = {}
+
+    def before_expose(self, name: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` before each collection; one per ``name``."""
+        self._before[name] = fn
+
+    def forget_before_expose(self, name: str, fn: Callable[[], None]) -> None:
+        """No longer run ``fn`` (if another took its name since, that one stays)."""
+        if self._before.get(name) == fn:
+            del self._before[name]
+
+    def collect(self) -> Iterator[Metric]:
+        for fn in list(self._before.values()):
+            fn()
+        yield from super().collect()
+
+
+class OptionalGauge(Collector):
+    """A gauge with no sample while its value is unknown: an absent series, which
+    ``absent()`` and every comparison treat as "no data", instead of a -1 that a query would
+    have to know to leave out."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        registry: CollectorRegistry,
+        labelnames: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        # label values -> a value or a function read when scraped
+        self._values: dict[tuple[str, ...], float | Callable[[], float | None] | None] = {}
+        registry.register(self)
+
+    def _key(self, labels: Mapping[str, str]) -> tuple[str, ...]:
+        if set(labels) != set(self.labelnames):
+            raise ValueError(f"{self.name} takes the labels {self.labelnames}, not {labels}")
+        return tuple(str(labels[n]) for n in self.labelnames)
+
+    def set(self, value: float | None, **labels: str) -> None:
+        self._values[self._key(labels)] = value
+
+    def set_function(self, fn: Callable[[], float | None], **labels: str) -> None:
+        """Read the value when scraped (None: no sample)."""
+        self._values[self._key(labels)] = fn
+
+    def get(self, **labels: str) -> float | None:
+        v = self._values.get(self._key(labels))
+        return v() if callable(v) else v
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        # dict.copy() is atomic under the GIL: the loop may add a series while we read.
+        for key, v in self._values.copy().items():
+            value = v() if callable(v) else v
+            if value is not None:
+                family.add_metric(list(key), value)
+        return [family]
+
+
+def exposition(accept: str) -> tuple[bytes, str]:
+    """(body, content type) of a scrape of `REGISTRY` for an HTTP Accept header, as
+    prometheus_client's ``choose_encoder`` decides: OpenMetrics 1.0 for the first
+    ``application/openmetrics-text`` entry of version 1.0.0 or none (what Prometheus sends
+    first), the text format 1.0.0 for a ``text/plain`` entry of version 1.0.0 before it, else
+    the text format 0.0.4. Entries are taken in order; quality values are not weighed."""
+    encoder, content_type = choose_encoder(accept)
+    return encoder(REGISTRY), content_type
+
 
 REGISTRY = Registry()
 
 
 # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
 # process_start_time_seconds, …: the standard process metrics, without the vipd_ prefix.
-ProcessMetrics(REGISTRY)
+ProcessCollector(registry=REGISTRY)
 
 # Election backends and the roles every backend reports. "init" means not taking part in the
 # election at all: starting, its interface down, or stopping.

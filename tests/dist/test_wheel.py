@@ -109,6 +109,6 @@ def test_venv_has_the_runtime_dependencies_at_the_pinned_versions(venv: Path) ->
     }
     pinned = pins()
     assert "scapy" not in installed and "pytest" not in installed, sorted(installed)
-    assert {"pyroute2", "pyyaml", "uvloop", "kubernetes"} <= set(installed)
+    assert {"pyroute2", "pyyaml", "prometheus-client", "uvloop", "kubernetes"} <= set(installed)
     wrong = {n: v for n, v in installed.items() if pinned.get(n) != v}
     assert not wrong, f"installed versions not in constraints.txt: {wrong}"

@@ -1,7 +1,10 @@
-"""vipd.metrics: every metric is named, typed, helped and documented; the exposition is valid.
+"""vipd.metrics: every metric is named, typed, helped and documented; the exposition is valid
+and negotiated; the scrape hooks and the gauges with no sample while unknown work.
 
 ``promtool`` (Debian's prometheus package, installed by scripts/setup) checks the real
 exposition; where it is missing the test is skipped with the reason, and fails under CI=true.
+The types and the text formats are prometheus_client's (its own tests cover them); the
+families, HELP texts and labels are held by ``test_metrics_golden.py``.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from prometheus_client.metrics import MetricWrapperBase
 
 from tests.prereq import promtool
 from vipd import metrics
-from vipd.exposition import Family
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reference" / "metrics.md"
@@ -24,10 +27,15 @@ NAME = re.compile(r"vipd_[a-z][a-z0-9_]*")
 def vipd_families() -> list[tuple[str, str, str]]:
     """(name, type, help) of every vipd_ metric family on the registry."""
     return [
-        (fam.name, fam.kind, fam.documentation)
-        for fam in metrics.REGISTRY.families()
+        (family_name(fam.name, fam.type), fam.type, fam.documentation)
+        for fam in metrics.REGISTRY.collect()
         if fam.name.startswith("vipd_")
     ]
+
+
+def family_name(name: str, kind: str) -> str:
+    """The name vipd gives a family: prometheus_client drops a counter's _total from it."""
+    return name + "_total" if kind == "counter" else name
 
 
 def exposed_names() -> set[str]:
@@ -45,11 +53,12 @@ def docs_table() -> dict[str, tuple[str, str]]:
 
 
 def generate_latest() -> bytes:
-    return metrics.REGISTRY.expose()
+    body, _ = metrics.exposition("")
+    return body
 
 
 def test_every_collector_is_vipd_or_process() -> None:
-    for fam in metrics.REGISTRY.families():
+    for fam in metrics.REGISTRY.collect():
         assert fam.name.startswith(("vipd_", "process_")), fam.name
 
 
@@ -67,27 +76,31 @@ def test_metric_is_named_and_helped(name: str, kind: str, help_text: str) -> Non
 
 def test_docs_document_every_metric_with_its_type_and_labels() -> None:
     table = docs_table()
-    for fam in metrics.REGISTRY.families():
-        if not fam.name.startswith("vipd_"):
-            continue
-        assert fam.name in table, f"{fam.name} is not in docs/reference/metrics.md"
-        kind, _ = table[fam.name]
-        assert kind == fam.kind, f"{fam.name}: the docs say {kind}, it is a {fam.kind}"
+    for name, kind, _ in vipd_families():
+        assert name in table, f"{name} is not in docs/reference/metrics.md"
+        documented, _ = table[name]
+        assert documented == kind, f"{name}: the docs say {documented}, it is a {kind}"
     for name in table:
         assert name in exposed_names(), f"the docs list {name}, which vipd does not export"
 
 
 def test_docs_list_every_label_name() -> None:
     table = docs_table()
-    objects = [m for m in vars(metrics).values() if isinstance(m, Family)]
+    objects: list[tuple[str, tuple[str, ...]]] = []
+    for m in vars(metrics).values():
+        if isinstance(m, MetricWrapperBase):
+            # prometheus_client keeps the name (without a counter's _total) and the label
+            # names in private attributes; describe() does not say the label names.
+            objects.append((family_name(m._name, str(m._type)), tuple(m._labelnames)))
+        elif isinstance(m, metrics.OptionalGauge):
+            objects.append((m.name, m.labelnames))
     assert len(objects) >= 20
-    for metric in objects:
-        doc_name = metric.name
+    for doc_name, labelnames in objects:
         documented = set(re.findall(r"`([a-z_]+)`", table[doc_name][1].split("(")[0]))
-        for label in metric.labelnames:
+        for label in labelnames:
             assert f"`{label}`" in table[doc_name][1], (doc_name, label)
-        assert documented <= set(metric.labelnames), (doc_name, documented)
-        if not metric.labelnames:
+        assert documented <= set(labelnames), (doc_name, documented)
+        if not labelnames:
             assert table[doc_name][1] == "—", doc_name
 
 
@@ -141,16 +154,14 @@ def test_one_meaning_per_label_name_and_no_minus_one_for_unknown() -> None:
     metrics.init_lease(node="cp-1", vips=["10.0.0.100"], interface="eth0")
     metrics.HEALTH_BACKEND_HEALTHY.labels(target="10.0.0.12", local="false").set(0)
     metrics.HEALTH_CHECKS.labels(target="10.0.0.12", result="ok").inc()
-    for fam in metrics.REGISTRY.families():
+    for fam in metrics.REGISTRY.collect():
         if not fam.name.startswith("vipd_"):
             continue
-        for sample in fam.samples():
-            _, pairs, value = sample
-            labels = dict(pairs)
-            if "backend" in labels:
-                assert labels["backend"] in ("vrrp", "lease"), (fam.name, sample)
-            if fam.kind == "gauge":
-                assert value != -1, (fam.name, sample)
+        for sample in fam.samples:
+            if "backend" in sample.labels:
+                assert sample.labels["backend"] in ("vrrp", "lease"), (fam.name, sample)
+            if fam.type == "gauge":
+                assert sample.value != -1, (fam.name, sample)
 
 
 def test_duplicate_claims_are_split_by_source() -> None:
@@ -197,3 +208,95 @@ def test_promtool_check_metrics_is_clean() -> None:
     # promtool prints lint problems and exits 3 (or 1) when there are any.
     assert out.returncode == 0, (out.stdout + out.stderr).decode()
     assert out.stdout.strip() == b"" and out.stderr.strip() == b"", out
+
+
+@pytest.mark.parametrize(
+    ("accept", "openmetrics"),
+    [
+        ("", False),
+        ("*/*", False),
+        ("text/plain; version=0.0.4", False),
+        ("text/plain;version=1.0.0;escaping=allow-utf-8", False),  # the text format 1.0.0
+        # What Prometheus 2.x sends: OpenMetrics first, the text format as the fallback.
+        (
+            "application/openmetrics-text; version=1.0.0,application/openmetrics-text; "
+            "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+            True,
+        ),
+        # Prometheus 3.x (its default scrape_protocols).
+        (
+            "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+            "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;"
+            "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+            True,
+        ),
+        ("application/openmetrics-text", True),
+        ("application/openmetrics-text; version=0.0.1", False),
+    ],
+)
+def test_exposition_is_negotiated(accept: str, openmetrics: bool) -> None:
+    body, ctype = metrics.exposition(accept)
+    want = "application/openmetrics-text; version=1.0.0" if openmetrics else "text/plain"
+    assert ctype.startswith(want) and "charset=utf-8" in ctype, ctype
+    text = body.decode()
+    assert text.endswith("# EOF\n") is openmetrics
+    # OpenMetrics names a counter family without its _total, the text format 0.0.4 with it.
+    family = "vipd_vip_repairs" if openmetrics else "vipd_vip_repairs_total"
+    assert f"# TYPE {family} counter\n" in text
+    assert "\nvipd_vip_repairs_total " in text
+    assert "_created" not in text  # no *_created series beside counters and histograms
+
+
+def test_before_expose_hooks_run_before_each_scrape_until_forgotten() -> None:
+    calls: list[str] = []
+
+    def hook() -> None:
+        calls.append("a")
+
+    def other() -> None:
+        calls.append("b")
+
+    metrics.REGISTRY.before_expose("test-hook", hook)
+    try:
+        metrics.exposition("")
+        metrics.REGISTRY.get_sample_value("vipd_ready")
+        assert calls == ["a", "a"]
+        metrics.REGISTRY.forget_before_expose("test-hook", other)  # not the one registered
+        metrics.exposition("")
+        assert calls == ["a", "a", "a"]
+    finally:
+        metrics.REGISTRY.forget_before_expose("test-hook", hook)
+    metrics.exposition("")
+    assert calls == ["a", "a", "a"]
+
+
+def test_a_hook_brings_a_counter_up_to_date_before_the_scrape_reads_it() -> None:
+    before = metrics.REGISTRY.get_sample_value("vipd_garp_frames_sent_total") or 0.0
+
+    def hook() -> None:
+        metrics.GARP_SENT.inc(2)
+
+    metrics.REGISTRY.before_expose("test-counter", hook)
+    try:
+        text = generate_latest().decode()
+    finally:
+        metrics.REGISTRY.forget_before_expose("test-counter", hook)
+    (line,) = re.findall(r"^vipd_garp_frames_sent_total .*$", text, re.M)
+    assert float(line.split()[1]) == before + 2
+
+
+def test_optional_gauge_has_no_sample_while_unknown() -> None:
+    gauge = metrics.LEASE_RENEW_AGE
+    gauge.set(None)
+    assert metrics.REGISTRY.get_sample_value("vipd_lease_last_renewal_age_seconds") is None
+    gauge.set(2.5)
+    assert metrics.REGISTRY.get_sample_value("vipd_lease_last_renewal_age_seconds") == 2.5
+    value: list[float | None] = [None]
+    gauge.set_function(lambda: value[0])
+    assert gauge.get() is None
+    assert "\nvipd_lease_last_renewal_age_seconds " not in generate_latest().decode()
+    value[0] = 4.0
+    assert metrics.REGISTRY.get_sample_value("vipd_lease_last_renewal_age_seconds") == 4.0
+    gauge.set(None)
+    with pytest.raises(ValueError, match="takes the labels"):
+        metrics.VRRP_MASTER_PRIORITY.set(1, node="x")

@@ -218,11 +218,10 @@ class Endpoint:
         path = target.split("?", 1)[0]
         if path == "/metrics":
             from vipd import metrics
-            from vipd.exposition import negotiate
 
             metrics.LOOP_HEARTBEAT_AGE.set(self.heartbeat_age())
-            openmetrics, content_type = negotiate(headers.get("accept", ""))
-            return 200, metrics.REGISTRY.expose(openmetrics), content_type
+            scrape, content_type = metrics.exposition(headers.get("accept", ""))
+            return 200, scrape, content_type
         if path == "/healthz":
             ok, why = self.health()
             return (200 if ok else 503), f"{why}\n".encode(), "text/plain; charset=utf-8"
