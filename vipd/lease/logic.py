@@ -688,7 +688,9 @@ class Elector:
             actions = self._step_down(
                 now, f"the Lease was written by someone else: it {who} now", "lost"
             )
-        self._wake(self._next_poll(now))
+        # Read at once: a Lease deleted or emptied by hand is ours again to take (and bind at
+        # once: the holder it was written over is us, and we have let go).
+        self._wake(now)
         return actions
 
     def release(self, now: float, timeout: float) -> list[Action]:
