@@ -31,6 +31,15 @@ What it is
         - **The wire** (IPv4): ``vipd.host.arpwatch.ClaimWatch`` on the interface; an ARP
           for the VIP from a MAC that is not ours is `logic.Elector.foreign_claim`.
 
+    Writes by someone else
+        ``vipd.lease.watch`` watches the Lease on a thread of its own (when the API has a
+        ``watch``: `LeaseApi` does, the unit tests' in-memory store does not); every event
+        goes to `logic.Elector.watched` on the loop, so a leader whose Lease someone else
+        renamed, emptied or deleted lets go at once (docs/design/lease.md, "When someone
+        else writes the Lease"). The watch needs ``list`` and ``watch`` on the Lease; without
+        them it is refused, logged, and tried again a minute later, and the core's rules
+        keep the holders apart without it.
+
     The handover (graceful stop)
         The release write is sent; the VIP stays. The successor reads the release at its
         next retry, writes its acquire, binds the VIP on the answer and announces it. This
