@@ -18,21 +18,52 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.kube.conftest import MARGIN, TIMING, Window
 from vipd.lab.faults import drop_gratuitous_arp, gratuitous_arp_dropped, pass_gratuitous_arp
-from vipd.lab.kubebed.bed import LEASE, KubeBed
+from vipd.lab.kubebed.bed import API_PORT, LEASE, KubeBed
 from vipd.lab.topology import VIP4
 
 pytestmark = pytest.mark.kube
 
 D, R, P = TIMING.duration, TIMING.renew_deadline, TIMING.retry_period
-# Into the holder's renewal cycle (renewals every P): early, middle, late.
-PHASES = (0.15, 0.5, 0.85)
+# How long after the holder's renewal is answered the write lands: early, middle and late
+# in its renewal period (renewals every P).
+PHASES = (0.05, 0.35, 0.65)
+
+# The writer, run in the client namespace with the real client: it reads the Lease every
+# 5 ms until the holder's next renewal shows, waits ``delay``, then writes (a ``kubectl
+# patch`` or ``delete`` as one request), so the write's place in the renewal period is known
+# to a few ms (kubectl itself starts in a few hundred ms on a loaded machine).
+WRITER = r"""
+import json, sys, time
+from kubernetes import client, config
+kubeconfig, server, ns, name, holder, delay, action = sys.argv[1:8]
+cfg = client.Configuration()
+config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+cfg.host = server
+api = client.CoordinationV1Api(client.ApiClient(cfg))
+first = api.read_namespaced_lease(name, ns).spec.renew_time
+end = time.monotonic() + 10
+while True:
+    spec = api.read_namespaced_lease(name, ns).spec
+    if spec.holder_identity == holder and spec.renew_time != first:
+        break
+    if time.monotonic() > end:
+        sys.exit(f"no renewal by {holder} seen")
+    time.sleep(0.005)
+time.sleep(float(delay))
+if action == "delete":
+    api.delete_namespaced_lease(name, ns)
+else:
+    api.patch_namespaced_lease(name, ns, {"spec": {"holderIdentity": json.loads(action)}})
+print(json.dumps({"renewal": spec.renew_time.isoformat(), "delay": float(delay)}))
+"""
 
 
 @pytest.fixture
@@ -44,27 +75,26 @@ def no_garp(bed: KubeBed) -> Iterator[None]:
         pass_gratuitous_arp(bed.lab)
 
 
-def renewed_at(bed: KubeBed, holder: str, within: float = 5.0) -> float:
-    """The monotonic time just after the holder's next renewal shows in the Lease."""
-    first = bed.lease().get("renewTime")
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        spec = bed.lease()
-        if spec.get("holderIdentity") == holder and spec.get("renewTime") != first:
-            return time.monotonic()
-        time.sleep(0.02)
-    raise AssertionError(f"{holder} did not renew within {within} s")
+def write_after_renewal(bed: KubeBed, holder: str, delay: float, action: str) -> str:
+    """Run `WRITER` against a serving API server other than the holder's."""
+    server = bed.serving(exclude=[holder])
+    proc = bed.lab.exec(
+        bed.lab.client_ns,
+        [
+            sys.executable, "-c", WRITER, str(bed.admin_kubeconfig),
+            f"https://{server.ipv4}:{API_PORT}", LEASE[0], LEASE[1], holder, str(delay), action,
+        ],
+        timeout=30,
+    )  # fmt: skip
+    return proc.stdout.strip()
 
 
-def rounds(bed: KubeBed, window: Window, what: str, act: object) -> None:
-    assert callable(act)
+def rounds(bed: KubeBed, window: Window, what: str, action: Callable[[str, str], str]) -> None:
     for phase in PHASES:
         old = bed.wait_one_holder(D + P + 5)
         peer = next(n.name for n in bed.nodes if n.name != old)
-        t = renewed_at(bed, old)
-        time.sleep(max(0.0, t + phase * P - time.monotonic()))
-        window.mark(f"{what} (held by {old}, {phase:.2f} of a renewal period in)")
-        act(old, peer)
+        window.mark(f"{what}, {phase * P:.2f} s after a renewal by {old}")
+        print(write_after_renewal(bed, old, phase * P, action(old, peer)))
         time.sleep(D + 2 * P)
     assert gratuitous_arp_dropped(bed.lab) > 0  # the wire was out of play for real
 
@@ -72,30 +102,19 @@ def rounds(bed: KubeBed, window: Window, what: str, act: object) -> None:
 def test_lease_patched_to_name_a_peer_while_held(
     bed: KubeBed, window: Window, no_garp: None
 ) -> None:
-    def patch(old: str, peer: str) -> None:
-        body = json.dumps({"spec": {"holderIdentity": peer}})
-        bed.kubectl("patch", "lease", "-n", LEASE[0], LEASE[1], "--type=merge", "-p", body)
-
-    rounds(bed, window, "kubectl patch: holderIdentity = a peer", patch)
+    rounds(bed, window, "holderIdentity patched to a peer", lambda old, peer: json.dumps(peer))
     window.check()
 
 
 def test_lease_deleted_while_held(bed: KubeBed, window: Window, no_garp: None) -> None:
-    def delete(old: str, peer: str) -> None:
-        bed.kubectl("delete", "lease", "-n", LEASE[0], LEASE[1], "--wait=false")
-
-    rounds(bed, window, "kubectl delete lease", delete)
+    rounds(bed, window, "Lease deleted", lambda old, peer: "delete")
     window.check()
 
 
 def test_lease_holder_emptied_by_hand_while_held(
     bed: KubeBed, window: Window, no_garp: None
 ) -> None:
-    def empty(old: str, peer: str) -> None:
-        body = json.dumps({"spec": {"holderIdentity": None}})
-        bed.kubectl("patch", "lease", "-n", LEASE[0], LEASE[1], "--type=merge", "-p", body)
-
-    rounds(bed, window, "kubectl patch: holderIdentity removed", empty)
+    rounds(bed, window, "holderIdentity removed by a patch", lambda old, peer: "null")
     window.check()
 
 
