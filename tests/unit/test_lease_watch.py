@@ -4,8 +4,9 @@ What it tests: `vipd.lease.watch.event_record` (an event as the core's record, `
 deletion), and the Lease driver with an API whose ``watch`` hands events over from a thread
 of its own, as `vipd.lease.driver.LeaseApi.watch` does: a leader whose Lease someone else
 renames or deletes removes the VIP at once, well before its next renewal, and its own
-renewals' echoes change nothing. The real watch against kube-apiserver runs in
-tests/kube/test_foreign_writes.py.
+renewals' echoes change nothing; and a leader that yields to another node's announcement
+while its give-way write is in flight does not take the VIP back on that write's answer. The
+real watch against kube-apiserver runs in tests/kube/test_foreign_writes.py.
 """
 
 from __future__ import annotations
@@ -124,3 +125,52 @@ def test_a_leader_lets_go_at_once_when_the_watch_shows_another_holder() -> None:
 
 def test_a_leader_lets_go_at_once_when_the_watch_shows_the_lease_deleted() -> None:
     run_case("-")
+
+
+class GatedApi(FakeLeaseApi):
+    """Holds the give-way write until the test opens the gate."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store)
+        self.gate = threading.Event()
+        self.yielding = threading.Event()
+
+    def call(self, req: logic.Request) -> logic.Outcome:
+        if req.purpose is logic.Purpose.YIELD:
+            self.yielding.set()
+            self.gate.wait(5)
+        return super().call(req)
+
+
+def test_the_give_way_answer_after_yielding_to_an_announcement_binds_nothing() -> None:
+    """The leader gives way (unhealthy, a healthy peer) and, while that write is in flight,
+    yields to another node's gratuitous ARP: the write's answer (no holder) must not make
+    it a leader again (before: "became leader … renewed the Lease", the VIP bound again)."""
+
+    async def scenario() -> None:
+        store = LeaseStore()
+        node = Node("a", store, SLOW)
+        api = GatedApi(store)
+        node.election._open_api = lambda lease, log: api
+        node.start()
+        await until(lambda: node.bound)
+        leader_before = transitions("leader", "renewed")
+        health = {"ok": True}
+        node.election.healthy = lambda: health["ok"]  # type: ignore[method-assign]
+        node.election.peer_healthy = lambda: True  # type: ignore[method-assign]
+        health["ok"] = False
+        node.election.on_track(node.election._track)  # wake the loop: health changed
+        await until(api.yielding.is_set)
+        seen = len(node.host.events)
+        node.election._on_claim("02:00:00:00:00:99")  # another node announced the VIP
+        await until(lambda: "unbind" in node.host.events[seen:])
+        api.gate.set()
+        await until(lambda: store.record is not None and store.record.holder is None)
+        await asyncio.sleep(0.3)
+        assert not node.bound
+        assert "bind" not in node.host.events[seen:]
+        assert transitions("leader", "renewed") == leader_before
+        node.stop.set()
+        await node.stopped()
+
+    asyncio.run(scenario())
