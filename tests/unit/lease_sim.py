@@ -342,6 +342,14 @@ class Sim:
         self._changed()
         return rec
 
+    def foreign_put(self, old: Record) -> Record:
+        """Someone writes back a copy of an older record (its holder and term)."""
+        rec = self.store.write(
+            self.now, old.holder, old.duration_seconds, old.transitions, old.acquire_time
+        )
+        self._changed()
+        return rec
+
     def foreign_delete(self) -> None:
         self.store.record = None
         self.store.rv += 1

@@ -339,7 +339,7 @@ def test_graceful_stop_still_hands_over_within_a_retry_period_with_the_watch() -
 foreign = st.lists(
     st.tuples(
         st.floats(8.0, 40.0, allow_nan=False).map(lambda x: round(x, 3)),
-        st.sampled_from(["n1", "n2", "n3", "nobody", "stranger", "delete"]),
+        st.sampled_from(["n1", "n2", "n3", "nobody", "stranger", "delete", "copy"]),
     ),
     min_size=1,
     max_size=6,
@@ -360,9 +360,14 @@ def test_any_foreign_writes_never_give_two_holders(
     absent: never two holders, and once the writes stop a holder again within the bound
     (a stranger named holds nothing: the Lease expires first)."""
     s = Sim(["n1", "n2", "n3"], arp=False, watch=watch, watch_delay=delay, latency=latency)
+    s.run_until(7.0)
+    first = s.store.record  # the first holder's record: "copy" writes it back
+    assert first is not None
     for at, what in sorted(writes):
         s.run_until(at)
-        if s.store.record is None or what == "delete":
+        if what == "copy":
+            s.foreign_put(first)
+        elif s.store.record is None or what == "delete":
             s.foreign_delete()
         elif what == "nobody":
             s.foreign_write(holder=None)
@@ -406,3 +411,21 @@ def test_brownout_no_holder_within_the_late_write_bound(offset: float, healthy: 
     assert s.overlap_time() == 0.0, s.timeline
     gaps = s.gaps(after=t)
     assert all(b - a <= stop + RP + D + 0.05 for a, b in gaps), gaps
+
+
+def test_a_copy_of_our_old_record_written_back_over_another_holder_is_not_ours() -> None:
+    """Someone writes back a copy of our record (same term) after another node took the
+    Lease: our own late renewal could not have landed there (it carried the version we
+    knew), so it is foreign: a new term, bound after the wait."""
+    e = elector("n1")
+    s = sent(e.poll(0.0, True))
+    w = sent(e.on_result(0.0, s.request.id, NotFound(), True))
+    assert leads(e.on_result(0.01, w.request.id, Ok(rec("1", "n1", acq="a1")), True))
+    r = sent(e.poll(1.0, True))
+    s = sent(e.on_result(1.0, r.request.id, Conflict(), True))  # n2 wrote meanwhile: read
+    acts = e.on_result(1.01, s.request.id, Ok(rec("2", "n2", transitions=1, acq="b")), True)
+    assert any(isinstance(a, BecomeFollower) for a in acts)
+    w2, at = take(e, 2.5, rec("3", "n1", acq="a1"))  # the old copy, written back
+    assert w2.request.stamp_acquire and w2.request.transitions == 1
+    assert not leads(e.on_result(2.51, w2.request.id, Ok(rec("4", "n1", 1, acq="c")), True))
+    assert e.bind_at == pytest.approx(at + RD)

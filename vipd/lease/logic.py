@@ -111,10 +111,10 @@ Writes by someone else (docs/design/lease.md, "When someone else writes the Leas
 
     - **A node becomes leader only on a write of its own that names it** (its create or
       update answer). A record naming it that it did not write (not the term of its last
-      write, nor, before it has written, the first record it saw since start: its own from
-      before a restart) starts a term of its own (``leaseTransitions + 1``, new
-      ``acquireTime``). The answer to a write that names nobody (a give-way) never makes a
-      leader.
+      write with no other record seen since, nor, before it has written, the first record
+      it saw since start: its own from before a restart) starts a term of its own
+      (``leaseTransitions + 1``, new ``acquireTime``). The answer to a write that names
+      nobody (a give-way) never makes a leader.
     - **When someone else has written over another holder's valid record** (renamed it to
       us, emptied it other than by a release, or deleted it) the node takes the Lease at
       once (its own write: nobody else can) but binds the VIP only when that holder has let
@@ -522,6 +522,7 @@ class Elector:
     _own_term: tuple[int, str | None] | None = None  # (transitions, acquireTime) we last wrote
     _seen_any: bool = False  # an answer about the Lease since start (a record, or 404)
     _restart_rv: str | None = None  # the first record seen since start, when it named us
+    _wrote: bool = False  # a write of ours naming us has been answered since start
     _other_until: float | None = None  # the last other holder's record expires (our view)
     _take_wait: float | None = None  # the take in flight overwrites a holder valid until then
     _rv_max: int | None = None  # the newest resourceVersion seen (they compare as integers)
@@ -897,6 +898,11 @@ class Elector:
         self.last_read_ok = now
         if rec.holder and rec.holder != self.params.identity:
             self._other_until = self.expires_at()
+        if rec.holder != self.params.identity:
+            # A write of ours served late carries the version we knew: after any other
+            # write it is refused, so a record of our term seen after this one is a copy
+            # someone else wrote back, not ours.
+            self._own_term = None
         self._note_rv(rec.resource_version)
 
     def _note_rv(self, rv: str) -> None:
@@ -920,7 +926,7 @@ class Elector:
         the design doc's "ours")."""
         if self._own_term is not None:
             return self._own_term == (rec.transitions, rec.acquire_time)
-        return rec.resource_version == self._restart_rv
+        return rec.resource_version == self._restart_rv and not self._wrote
 
     def _takeover_wait(self, now: float, rec: Record | None) -> float | None:
         """Taking a Lease that someone else has written over another holder's valid record
@@ -1240,6 +1246,7 @@ class Elector:
             self._observe(now, rec)
             if rec.holder == me:
                 self._own_term = (rec.transitions, rec.acquire_time)
+                self._wrote = True
             self._late_hold_until = None
             self.observed_at = sent_at  # conservative for our own expiry bookkeeping
             self.failures = []

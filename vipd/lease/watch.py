@@ -14,7 +14,9 @@ What it is
     the core ignores what is no newer than what it has seen); each later one resumes from the
     last ``resourceVersion`` received, so no write in between is missed. A stream the server
     ends (``timeoutSeconds``) is resumed at once; ``410 Gone`` (the version was compacted)
-    and any failure start over from the current state one ``retry`` later.
+    and any failure start over from the current state one ``retry`` later, doubling the wait
+    while failures follow each other (up to ``MAX_BACKOFF``; a 401/403, RBAC without
+    ``list``/``watch``, waits ``FORBIDDEN_WAIT``).
 
 What it must not do
     Decide anything (the core does), or be needed for safety: it only shortens the time a
@@ -37,6 +39,7 @@ STREAM_SECONDS = 30
 READ_MARGIN = 5.0
 # After a 401/403 (RBAC without ``list``/``watch`` on the Lease): try again this much later.
 FORBIDDEN_WAIT = 60.0
+MAX_BACKOFF = 30.0
 
 Deliver = Callable[[logic.Record | None], None]
 
@@ -104,7 +107,8 @@ def watch_lease(
             version = None
             failures += 1
             _quiet(log, failures, f"lease watch ended ({type(exc).__name__}): starting over")
-        stop.wait(retry)
+        # Failing again and again (a server that cannot watch): back off, up to a limit.
+        stop.wait(min(retry * 2 ** max(0, failures - 1), MAX_BACKOFF))
 
 
 def _quiet(log: logging.Logger, failures: int, text: str) -> None:
