@@ -142,3 +142,47 @@ def test_leader_apiserver_brownout(bed: KubeBed, window: Window, no_garp: None) 
     # step-down may be served up to STOP later, and the others count D from seeing it:
     # no holder for at most STOP + RP + D + 2 round trips after the old leader let go.
     window.check(gap_limit=STOP + P + D + MARGIN)
+
+
+# The RBAC the watch on the Lease needs (`vipd manifest rbac` renders get/update/create only).
+WATCH_RBAC = f"""
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: vipd-lease-watch, namespace: {LEASE[0]}}}
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames: [{LEASE[1]}]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: vipd-lease-watch, namespace: {LEASE[0]}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: vipd-lease-watch}}
+subjects: [{{kind: ServiceAccount, name: vipd, namespace: kube-system}}]
+"""
+LET_GO = "the Lease was written by someone else: letting go"
+
+
+def test_with_the_watch_the_old_holder_lets_go_at_once(
+    bed: KubeBed, window: Window, no_garp: None
+) -> None:
+    """With ``list``/``watch`` on the Lease granted, the watch runs against the real API
+    server: the displaced holder says so in its log (no renewal's 409 needed), and a
+    deleted Lease is re-created by its holder. Last in the module: the grant stays."""
+    bed.kubectl("apply", "-f", "-", input_text=WATCH_RBAC)
+    for n in bed.nodes:  # the watch starts with vipd (a refused one waits a minute)
+        bed.restart_vipd(n.name)
+    bed.settle()
+    time.sleep(2)
+    for what, action in (("Lease deleted", "delete"), ("holderIdentity patched", None)):
+        old = bed.wait_one_holder(D + P + 5)
+        peer = next(n.name for n in bed.nodes if n.name != old)
+        since = len(bed.procs[old].vipd.log_text())
+        window.mark(f"{what}, 0.35 s after a renewal by {old} (watch on)")
+        print(write_after_renewal(bed, old, 0.35 * P, action or json.dumps(peer)))
+        time.sleep(D + 2 * P)
+        assert LET_GO in bed.procs[old].vipd.log_text()[since:], bed.vipd_report()
+    text = "".join(p.vipd.log_text() for p in bed.procs.values())
+    assert "lease watch refused" not in text, bed.vipd_report()
+    window.check()
