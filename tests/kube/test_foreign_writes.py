@@ -11,7 +11,8 @@ bound (docs/design/lease.md, "When someone else writes the Lease").
 
 Then a brownout of the leader's API server (SIGSTOP 2.5 s, SIGCONT 0.5 s, repeatedly): a
 renewal it was sent while stopped is served after vipd gave up on it, and the no-holder span
-is judged against the bound the design doc derives for it.
+is judged against the bound the design doc derives for it. Last, writes with the watch on
+the Lease granted its RBAC (``list``, ``watch``): the displaced holder lets go on its event.
 """
 
 from __future__ import annotations
