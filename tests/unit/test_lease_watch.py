@@ -111,6 +111,10 @@ def run_case(holder: str | None) -> None:
             # the deletion was written over was itself.
             await until(lambda: node.bound and store.record is not None, timeout=2.0)
             assert store.record is not None and store.record.holder == "a"
+            # Leave as a follower (a stopping leader would wait a retry period for a
+            # successor that never comes).
+            api.push(foreign(store, "b"))
+            await until(lambda: not node.bound, timeout=2.0)
         else:
             assert not node.bound
         node.stop.set()
