@@ -21,7 +21,14 @@ Faults per node (``SimNode.fault``), each what a real fault looks like from vipd
   own timeout);
 - ``"partition"``: the node is cut off the bridge with its processes alive: its calls hang,
   it hears no peer and no peer hears it (no health answers, no ARP either way);
-- ``"403"``: RBAC refuses vipd.
+- ``"403"``: RBAC refuses vipd;
+- ``"stall"``: this node's API server is SIGSTOPped for a while: no answer, but what it was
+  sent is served when it runs again (``Sim.unstall``), a renewal the elector gave up on
+  included.
+
+Someone else can write the Lease (``Sim.foreign_write``, ``Sim.foreign_delete``: a
+``kubectl patch`` or ``delete``); with ``watch=True`` every change reaches every node's
+`Elector.watched` ``watch_delay`` later, as the driver's watch on the Lease does.
 
 Store-wide: ``Store.nospace`` (etcd's NOSPACE alarm: every write answers 500 "database space
 exceeded", reads work, ``/readyz`` is 200). A node can die silently or stop gracefully
@@ -93,10 +100,17 @@ class Store:
             return NotFound()
         elif req.resource_version != self.record.resource_version:
             return Conflict()
-        return Ok(self.write(now, req.holder, req.duration_seconds, req.transitions))
+        # The driver keeps acquireTime unless the request stamps a new one.
+        keep = None if req.stamp_acquire else req.acquire_time
+        return Ok(self.write(now, req.holder, req.duration_seconds, req.transitions, keep))
 
     def write(
-        self, now: float, holder: str | None, duration: int | None, transitions: int
+        self,
+        now: float,
+        holder: str | None,
+        duration: int | None,
+        transitions: int,
+        acquire_time: str | None = None,
     ) -> Record:
         self.rv += 1
         self.record = Record(
@@ -104,7 +118,7 @@ class Store:
             holder=holder,
             duration_seconds=duration,
             transitions=transitions,
-            acquire_time=f"t={now}",
+            acquire_time=acquire_time or f"t={now}",
             renew_time=f"t={now}",
         )
         self.writes.append((now, holder, self.rv))
@@ -112,6 +126,7 @@ class Store:
 
 
 Fault = str  # "" | "5xx" | "429" | "5xx-writes" | "blackhole" | "store-hang" | "partition" | "403"
+# | "stall"
 HANGS = ("blackhole", "partition", "store-hang")
 
 
@@ -142,6 +157,8 @@ class Sim:
         arp_delay: float = 0.001,
         error_delay: float = 0.0,
         jitters: dict[str, float] | None = None,
+        watch: bool = False,
+        watch_delay: float = 0.001,
     ) -> None:
         mk = params or (lambda n: Params(identity=n, duration=5, renew_deadline=3, retry_period=1))
         self.now = 0.0
@@ -163,6 +180,9 @@ class Sim:
         self.error_delay = error_delay
         self.jitters = jitters or {}  # per node, in [0, 1): the driver's random.random()
         self.foreign_claims: list[tuple[float, str, str]] = []  # (time, heard by, sender)
+        self.watch = watch  # every node watches the Lease: each change reaches its elector
+        self.watch_delay = watch_delay
+        self.stalled: list[tuple[SimNode, Request, float]] = []  # "stall": requests held
         self._signature: tuple[object, ...] | None = None
         self._detect()
         for n in names:
@@ -196,7 +216,7 @@ class Sim:
         (``/readyz/etcd``: not ready exactly when that server cannot reach the store)."""
         if target.fault in ("5xx", "store-hang") and viewer.fault != "partition":
             return PeerState.NOT_READY
-        if viewer.fault == "partition" or target.fault in HANGS:
+        if viewer.fault == "partition" or target.fault in (*HANGS, "stall"):
             return PeerState.UNREACHABLE
         return PeerState.READY
 
@@ -288,10 +308,77 @@ class Sim:
             node.leader = leader
             self.timeline.append((self.now, node.name, leader))
 
+    # -- the watch, and writes by someone else --
+
+    def _changed(self) -> None:
+        """The Lease changed: every watching node hears of it ``watch_delay`` later (a
+        partitioned or stalled node's watch hears nothing)."""
+        if not self.watch:
+            return
+        rec = self.store.record
+        for o in self.nodes.values():
+            if not o.alive or o.fault in (*HANGS, "stall") or e_done(o.elector):
+                continue
+
+            def hear(o: SimNode = o) -> None:
+                if not o.alive or e_done(o.elector):
+                    return
+                self._apply(o, o.elector.watched(self.now + o.skew, rec))
+                self._rearm(o)
+
+            self.at(self.now + self.watch_delay, hear)
+
+    def foreign_write(self, **changes: object) -> Record:
+        """Someone else (``kubectl patch``) changes the Lease: ``holder``, ``duration``."""
+        r = self.store.record
+        assert r is not None
+        rec = self.store.write(
+            self.now,
+            changes.get("holder", r.holder),  # type: ignore[arg-type]
+            changes.get("duration", r.duration_seconds),  # type: ignore[arg-type]
+            r.transitions,
+            r.acquire_time,
+        )
+        self._changed()
+        return rec
+
+    def foreign_put(self, old: Record) -> Record:
+        """Someone writes back a copy of an older record (its holder and term)."""
+        rec = self.store.write(
+            self.now, old.holder, old.duration_seconds, old.transitions, old.acquire_time
+        )
+        self._changed()
+        return rec
+
+    def foreign_delete(self) -> None:
+        self.store.record = None
+        self.store.rv += 1
+        self._changed()
+
+    def unstall(self, name: str) -> None:
+        """A stalled API server runs again: it serves what it was sent meanwhile (the
+        elector gave up on those requests: their answers are ignored) and answers again."""
+        node = self.nodes[name]
+        node.fault = ""
+        held, self.stalled = (
+            [s for s in self.stalled if s[0] is node],
+            [s for s in self.stalled if s[0] is not node],
+        )
+        for _, req, _sent in held:
+            before = self.store.rv
+            self.store.apply(self.now, req)
+            if self.store.rv != before:
+                self._changed()
+
     def _send(self, node: SimNode, req: Request) -> None:
         fault = node.fault
         if fault in HANGS:
             return  # no answer ever: the elector abandons it at its timeout
+        if fault == "stall":
+            # SIGSTOPped API server: the request waits in the socket and is served when the
+            # server runs again (`unstall`), after the elector has given up on it.
+            self.stalled.append((node, req, self.now))
+            return
         sent = self.now
 
         def arrive() -> None:
@@ -303,7 +390,10 @@ class Sim:
             elif fault == "403":
                 outcome = classify(403, "forbidden")
             else:
+                before = self.store.rv
                 outcome = self.store.apply(sent + self.latency / 2, req)
+                if self.store.rv != before:
+                    self._changed()
 
             def deliver() -> None:
                 if not node.alive:

@@ -20,6 +20,10 @@ What it is:
   exactly what the lab should show, not hide.)
 - ``move_vip``: a hand-made failover (delete, add, gratuitous ARP / unsolicited NA) that
   needs no daemon, for testing the measuring itself.
+- ``drop_gratuitous_arp``: a LAN that drops gratuitous ARP (some do): the bridge drops every
+  broadcast ARP whose sender address is the VIP, so no node hears another's announcement
+  and the wire backstop of vipd's Lease mode (``vipd.host.arpwatch.ClaimWatch``) is out of
+  play, as for an IPv6 VIP; ``pass_gratuitous_arp`` undoes it.
 - ``Chaos``: nftables rules on the lan namespace's bridge (``bridge`` family, ``forward``
   hook, which sees each flooded copy with its output port): drop VRRP (IPv4 protocol 112,
   IPv6 next header 112) between given nodes, and random loss with ``numgen random mod 100 <
@@ -177,6 +181,39 @@ else:
 
 def announce(lab: Lab, node: Node, vip: str) -> None:
     lab.exec(node.ns, [sys.executable, "-c", _ANNOUNCE, "eth0", vip])
+
+
+GARP_TABLE = "vipdgarp"
+
+
+def drop_gratuitous_arp(lab: Lab, vip: str) -> None:
+    """See the module docstring. Replies to a client's ARP request are unicast and pass."""
+    script = (
+        f"add table bridge {GARP_TABLE}\n"
+        f"add chain bridge {GARP_TABLE} drops {{ type filter hook forward priority -10; }}\n"
+        f"add rule bridge {GARP_TABLE} drops ether daddr ff:ff:ff:ff:ff:ff "
+        f'arp saddr ip {vip} counter drop comment "gratuitous ARP for the VIP"\n'
+    )
+    proc = lab.exec(lab.lan_ns, ["nft", "-f", "-"], input_text=script, check=False)
+    if proc.returncode != 0:
+        raise LabError(f"nft failed: {proc.stderr.strip()}\n{script}")
+
+
+def gratuitous_arp_dropped(lab: Lab) -> int:
+    """How many frames `drop_gratuitous_arp` has dropped (0 when it is not in place)."""
+    proc = lab.exec(lab.lan_ns, ["nft", "-j", "list", "table", "bridge", GARP_TABLE], check=False)
+    if proc.returncode != 0:
+        return 0
+    total = 0
+    for item in json.loads(proc.stdout).get("nftables", []):
+        for expr in item.get("rule", {}).get("expr", []):
+            if "counter" in expr:
+                total += int(expr["counter"].get("packets", 0))
+    return total
+
+
+def pass_gratuitous_arp(lab: Lab) -> None:
+    lab.exec(lab.lan_ns, ["nft", "delete", "table", "bridge", GARP_TABLE], check=False)
 
 
 def move_vip(lab: Lab, src: Node | None, dst: Node, vip: str, *, gap: float = 0.0) -> float:

@@ -31,6 +31,15 @@ What it is
         - **The wire** (IPv4): ``vipd.host.arpwatch.ClaimWatch`` on the interface; an ARP
           for the VIP from a MAC that is not ours is `logic.Elector.foreign_claim`.
 
+    Writes by someone else
+        ``vipd.lease.watch`` watches the Lease on a thread of its own (when the API has a
+        ``watch``: `LeaseApi` does, the unit tests' in-memory store does not); every event
+        goes to `logic.Elector.watched` on the loop, so a leader whose Lease someone else
+        renamed, emptied or deleted lets go at once (docs/design/lease.md, "When someone
+        else writes the Lease"). The watch needs ``list`` and ``watch`` on the Lease; without
+        them it is refused, logged, and tried again a minute later, and the core's rules
+        keep the holders apart without it.
+
     The handover (graceful stop)
         The release write is sent; the VIP stays. The successor reads the release at its
         next retry, writes its acquire, binds the VIP on the answer and announces it. This
@@ -59,6 +68,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -76,6 +86,7 @@ from vipd.health.tracker import Outcome as CheckOutcome
 from vipd.host.arpwatch import ClaimWatch
 from vipd.kube import ADMIN_CONF, Credentials
 from vipd.lease import logic
+from vipd.lease import watch as lease_watch
 from vipd.lease.logic import PeerState, Role
 from vipd.preflight import Preflight
 from vipd.track import NONE as NO_ADJUSTMENT
@@ -146,6 +157,7 @@ class LeaseApi:
 
     def __init__(self, lease: Lease, creds: list[Credentials], log: logging.Logger) -> None:
         self.lease = lease
+        self.log = log
         self.session = kube.Session(kube.Access.from_lease(lease), creds, log)
         self._api: Any = None
         self._last: Any = None  # the last V1Lease we read or wrote (to keep its metadata)
@@ -160,6 +172,19 @@ class LeaseApi:
 
             self._api = client.CoordinationV1Api(self.session.api_client())
         return self._api
+
+    def watch(self, deliver: lease_watch.Deliver, stop: threading.Event, retry: float) -> None:
+        """Watch the Lease on the calling thread until ``stop`` (`vipd.lease.watch`)."""
+        lease_watch.watch_lease(
+            self._client,
+            self.lease.namespace,
+            self.lease.name,
+            deliver,
+            stop,
+            retry,
+            self.log,
+            to_record,
+        )
 
     def call(self, req: logic.Request) -> logic.Outcome:
         outcome = self._call(req)
@@ -317,6 +342,7 @@ class LeaseElection:
         self.transitions = 0
         self._track = NO_ADJUSTMENT
         self._link_up = True  # the interface is usable (on_link)
+        self._watch_stop = threading.Event()
         self._log_error = vlog.Sparse(self.log, "lease request failed", every=100)
 
     # -- health (pushed by the agent) ----------------------------------------------------
@@ -570,6 +596,7 @@ class LeaseElection:
         ready()
         loop = asyncio.get_running_loop()
         self._start_claimwatch(loop)
+        self._start_watch(loop)
         self._observe_peers(always=True)
         while True:
             self._observe_peers()  # a result that turned stale
@@ -593,6 +620,42 @@ class LeaseElection:
             if self._inflight is not None and self._inflight.done():
                 fut, self._inflight = self._inflight, None
                 self._apply(self._result(fut.result()), self.clock())
+
+    def _start_watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The watch on the Lease (`vipd.lease.watch`), on a thread of its own: a leader
+        learns of a write it did not make at once. An API without one (the unit tests'
+        in-memory store) has none: the core's rules hold without it."""
+        start = getattr(self.api, "watch", None)
+        if start is None:
+            return
+
+        def deliver(rec: logic.Record | None) -> None:
+            loop.call_soon_threadsafe(self._on_watch, rec)
+
+        threading.Thread(
+            target=start,
+            args=(deliver, self._watch_stop, self.lease.retry_period),
+            name="lease-watch",
+            daemon=True,  # a read blocked on a dead server must not hold the exit up
+        ).start()
+
+    def _on_watch(self, rec: logic.Record | None) -> None:
+        if self._publish is None or self._watch_stop.is_set():
+            return
+        now = self.clock()
+        actions = self.elector.watched(now, rec)
+        if actions:
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "the Lease was written by someone else: letting go",
+                holder=rec.holder if rec else None,
+                resource_version=rec.resource_version if rec else None,
+                deleted=rec is None,
+            )
+        self._apply(actions, now)
+        if self._wake is not None:
+            self._wake.set()
 
     def _apply(self, actions: list[logic.Action], now: float) -> None:
         assert self.api is not None
@@ -811,6 +874,7 @@ class LeaseElection:
         )
 
     async def close(self) -> None:
+        self._watch_stop.set()
         for watch in self.claimwatches:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(watch.fileno())

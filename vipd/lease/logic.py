@@ -102,6 +102,33 @@ What it is
           a holding leader's own health does not matter (the evidence is that nobody else
           can do better).
 
+Writes by someone else (docs/design/lease.md, "When someone else writes the Lease")
+    ``kubectl patch``/``edit``/``delete``, or another tool, can write the Lease under a
+    holder. client-go has a node take a record naming it at once and a deleted Lease be
+    re-created at once, while the old holder lets go only at its next renewal: two holders
+    for up to a retry period (no wire to settle it for an IPv6 VIP, or on a LAN that drops
+    gratuitous ARP). So:
+
+    - **A node becomes leader only on a write of its own that names it** (its create or
+      update answer). A record naming it that it did not write (not the term of its last
+      write with no other record seen since, nor, before it has written, the first record
+      it saw since start: its own from before a restart) starts a term of its own
+      (``leaseTransitions + 1``, new ``acquireTime``). The answer to a write that names
+      nobody (a give-way) never makes a leader.
+    - **When someone else has written over another holder's valid record** (renamed it to
+      us, emptied it other than by a release, or deleted it) the node takes the Lease at
+      once (its own write: nobody else can) but binds the VIP only when that holder has let
+      go even if it never saw the write: at its write's send + ``renew_deadline`` (the old
+      holder's last good renewal was sent before the foreign write, and it steps down at its
+      renew deadline) or that holder's expiry by our view, whichever is first (`bind_at`).
+      A release (no holder, ``leaseDurationSeconds: 1``) and an expired record are the
+      ordinary handovers: bound at once.
+    - **A leader that sees a write it did not make steps down at once** (`watched`: the
+      driver's watch on the Lease; a renewal's 409 and read, or 404, without it). Our own
+      renewal's echo, a change that keeps us the holder, an event no newer than a record
+      we saw, and our give-way's echo are not news. A write of ours still in flight has been
+      overtaken: its answer makes no leader.
+
 What it must not do
     No I/O, no clock, no randomness: ``now`` (seconds on a monotonic clock), outcomes, local
     health, the peers' states, the wire's claims and the jitter are passed in, and it returns
@@ -216,6 +243,10 @@ class Purpose(enum.Enum):
     RENEW = "renew"
     RELEASE = "release"
     YIELD = "yield"  # unhealthy, with a healthy peer: the release write, the process goes on
+
+
+# The writes that take the Lease for this node.
+TAKES = (Purpose.CREATE, Purpose.ACQUIRE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,6 +518,17 @@ class Elector:
     # then (our last renewal's send + duration) nobody else can have taken the Lease, so
     # the peers' evidence arriving late still carries a hold (`_late_hold`).
     _late_hold_until: float | None = None
+    # Writes by someone else (see "Writes by someone else" in the module docstring).
+    _own_term: tuple[int, str | None] | None = None  # (transitions, acquireTime) we last wrote
+    _seen_any: bool = False  # an answer about the Lease since start (a record, or 404)
+    _restart_rv: str | None = None  # the first record seen since start, when it named us
+    _wrote: bool = False  # a write of ours naming us has been answered since start
+    _other_until: float | None = None  # the last other holder's record expires (our view)
+    _take_wait: float | None = None  # the take in flight overwrites a holder valid until then
+    _rv_max: int | None = None  # the newest resourceVersion seen (they compare as integers)
+    _rv_seen: list[str] = field(default_factory=list)  # the last ones (any other format)
+    _overtaken: int | None = None  # a write whose answer a foreign write has overtaken
+    stats_foreign_writes: int = 0
 
     # -- queries -------------------------------------------------------------------------
 
@@ -617,6 +659,40 @@ class Elector:
             "another node announced the VIP on the wire: yielding, never defending",
             "foreign-claim",
         )
+
+    def watched(self, now: float, rec: Record | None) -> list[Action]:
+        """An event of the driver's watch on the Lease (``None``: it was deleted). A leader
+        (or holding one) that sees a write it did not make step down at once: the Lease was
+        deleted, or names another holder or none. Not news, and ignored: a record naming us
+        (our renewal's echo, or a change that keeps us), one no newer than a record we have
+        seen (a watch that starts or lags), the echo of our own give-way write. A write of
+        ours still in flight has been overtaken: its answer makes no leader."""
+        self._now = now
+        if self.released or self.releasing or self.role is Role.FOLLOWER:
+            return []
+        me = self.params.identity
+        p = self.pending
+        if rec is not None:
+            if rec.holder == me or not self._rv_news(rec.resource_version):
+                return []
+            if rec.holder is None and p is not None and p.request.purpose is Purpose.YIELD:
+                return []
+        if p is not None and p.request.verb is not Verb.GET:
+            self._overtaken = p.request.id
+        self.stats_foreign_writes += 1
+        if rec is None:
+            self.observed, self.observed_at = None, None
+            actions = self._step_down(now, "the Lease was deleted by someone else", "deleted")
+        else:
+            self._observe(now, rec)
+            who = f"names {rec.holder}" if rec.holder else "names no holder"
+            actions = self._step_down(
+                now, f"the Lease was written by someone else: it {who} now", "lost"
+            )
+        # Read at once: a Lease deleted or emptied by hand is ours again to take (and bind at
+        # once: the holder it was written over is us, and we have let go).
+        self._wake(now)
+        return actions
 
     def release(self, now: float, timeout: float) -> list[Action]:
         """Graceful stop: give the Lease up if we hold it. The VIP stays until the write is
@@ -754,6 +830,8 @@ class Elector:
         return self._short()
 
     def _send(self, now: float, req: Request) -> list[Action]:
+        if req.purpose not in TAKES:
+            self._take_wait = None
         self.pending = _Pending(req, now, now + req.timeout)
         self._wake(min(now + req.timeout, self._deadline_or(now, self.pending)))
         return [Send(req)]
@@ -812,9 +890,59 @@ class Elector:
             # Someone else wrote it: writes work again and this node is not alone.
             self.others_seen = True
             self.failed_since_change = None
+        if not self._seen_any and rec.holder == self.params.identity:
+            self._restart_rv = rec.resource_version  # ours from before a restart
+        self._seen_any = True
         self.observed = rec
         self.lost_sight = False
         self.last_read_ok = now
+        if rec.holder and rec.holder != self.params.identity:
+            self._other_until = self.expires_at()
+        if rec.holder != self.params.identity:
+            # A write of ours served late carries the version we knew: after any other
+            # write it is refused, so a record of our term seen after this one is a copy
+            # someone else wrote back, not ours.
+            self._own_term = None
+        self._note_rv(rec.resource_version)
+
+    def _note_rv(self, rv: str) -> None:
+        if rv.isdigit():
+            self._rv_max = max(self._rv_max or 0, int(rv))
+        self._rv_seen = [*self._rv_seen[-15:], rv]
+
+    def _rv_news(self, rv: str) -> bool:
+        """Is ``rv`` newer than every record seen? kube-apiserver's resourceVersions are
+        integers that grow with every write and compare (KEP-5504, stable in Kubernetes
+        1.35: k8s.io/apimachinery/pkg/util/resourceversion); any other format counts as
+        news unless it is one of the last we saw."""
+        if rv.isdigit() and self._rv_max is not None:
+            return int(rv) > self._rv_max
+        return rv not in self._rv_seen
+
+    def _is_own(self, rec: Record) -> bool:
+        """A record naming us that we wrote: the term of our last write (a renewal of ours
+        committed after we gave up on it, or our record unchanged), or, before we have
+        written anything, the first record we saw since start (ours from before a restart:
+        the design doc's "ours")."""
+        if self._own_term is not None:
+            return self._own_term == (rec.transitions, rec.acquire_time)
+        return rec.resource_version == self._restart_rv and not self._wrote
+
+    def _takeover_wait(self, now: float, rec: Record | None) -> float | None:
+        """Taking a Lease that someone else has written over another holder's valid record
+        (deleted, emptied other than by a release, or renamed to us): until when that holder
+        may still hold the VIP by our view, or None (bind at once). A release (no holder,
+        ``leaseDurationSeconds: 1``, as client-go and vipd write it) and an expired record
+        are handovers the design already covers."""
+        me = self.params.identity
+        if rec is not None and rec.holder and rec.holder != me:
+            return None  # an expired record of another holder: the ordinary steal
+        if rec is not None and rec.holder is None and rec.duration_seconds == 1:
+            return None
+        if rec is not None and rec.holder == me and self._is_own(rec):
+            return None
+        until = self._other_until
+        return until if until is not None and now < until else None
 
     def _next_poll(self, now: float) -> float:
         at = now + self.params.retry_period * (1.0 - JITTER * self._jitter)
@@ -979,7 +1107,16 @@ class Elector:
         if self.releasing:
             return []
         actions: list[Action] = []
-        if req.purpose is Purpose.YIELD and isinstance(outcome, Ok) and self.leader:
+        if self._overtaken == req.id:
+            # A write of someone else's came after ours: our answer is old news, and the
+            # next round reads what the Lease is now.
+            self._overtaken = None
+            if isinstance(outcome, Ok | Conflict | NotFound):
+                self._wake(self._next_poll(now))
+                return actions
+        if req.purpose is Purpose.YIELD and isinstance(outcome, Ok):
+            # Given up, whatever happened meanwhile (another node's announcement may have
+            # made us yield already): a write that names no holder never makes a leader.
             self._observe(now, outcome.record)
             self.takeable_since = now  # our own window starts now: a healthy peer goes first
             self.stats_yields += 1
@@ -1001,6 +1138,7 @@ class Elector:
                 actions += self._step_down(now, "the Lease was deleted", "deleted")
             if not self._may_take(now, healthy, peer_healthy):
                 return actions
+            self._take_wait = self._takeover_wait(now, None)
             actions += self._send(
                 now,
                 self._request(
@@ -1106,6 +1244,9 @@ class Elector:
                 and self.observed.holder != me
             )
             self._observe(now, rec)
+            if rec.holder == me:
+                self._own_term = (rec.transitions, rec.acquire_time)
+                self._wrote = True
             self._late_hold_until = None
             self.observed_at = sent_at  # conservative for our own expiry bookkeeping
             self.failures = []
@@ -1117,7 +1258,10 @@ class Elector:
             self._reclaim_rv = None
             self.stats_renewals += req.purpose is Purpose.RENEW
             self._conflict_retry = False
-            if self.role is Role.FOLLOWER:
+            wait, self._take_wait = self._take_wait, None
+            if self.role is Role.FOLLOWER and rec.holder != me:
+                pass  # a write of ours that names nobody (a give-way) never makes a leader
+            elif self.role is Role.FOLLOWER:
                 self.role = Role.LEADER
                 how, label = {
                     Purpose.CREATE: ("created the Lease", "created"),
@@ -1130,7 +1274,22 @@ class Elector:
                         f"{reason}, after the store had refused writes: bound "
                         f"{self._bind_delay():g} s later, once the old holder has read it"
                     )
-                else:
+                if wait is not None and req.purpose in TAKES:
+                    # Someone else wrote over a holder still valid by our view: it lets go
+                    # at its renew deadline at the latest (its last good renewal was sent
+                    # before that write, which we saw before sending ours), or when its
+                    # record expires by our view, as in any steal; sooner when it sees
+                    # the write.
+                    at = min(sent_at + self.params.renew_deadline, wait)
+                    if self.bind_at is None or at > self.bind_at:
+                        self.bind_at = at
+                        self._bind_reason = (
+                            f"{reason}, over a write by someone else while another holder's "
+                            f"record was valid: bound {at - sent_at:.3g} s after the write, "
+                            "when that holder has let go"
+                        )
+                    self.stats_foreign_writes += 1
+                if self.bind_at is None:
                     actions.append(BecomeLeader(reason, label))
                 self.failed_since_change = None
             elif self.role is Role.HOLDING:
@@ -1161,6 +1320,11 @@ class Elector:
         if not holder or holder == me or (exp is not None and now >= exp):
             if not self._may_take(now, healthy, peer_healthy):
                 return actions
+            # client-go: a new holder counts a transition and stamps acquireTime; our own
+            # record (a restart, or our renewal that landed late) keeps both. A record that
+            # names us but that we did not write starts a term of ours.
+            own = holder == me and self._is_own(rec)
+            self._take_wait = self._takeover_wait(now, rec)
             req2 = self._request(
                 Verb.UPDATE,
                 Purpose.ACQUIRE,
@@ -1168,11 +1332,9 @@ class Elector:
                 resource_version=rec.resource_version,
                 holder=me,
                 duration_seconds=self.params.duration_seconds,
-                # client-go: a new holder counts a transition and stamps acquireTime; our own
-                # record (a restart) keeps both.
-                transitions=rec.transitions + (holder != me),
-                stamp_acquire=holder != me,
-                acquire_time=rec.acquire_time if holder == me else None,
+                transitions=rec.transitions + (not own),
+                stamp_acquire=not own,
+                acquire_time=rec.acquire_time if own else None,
             )
             return self._send(now, req2)
         self.takeable_since = None  # someone holds it: a later free Lease opens a new window
