@@ -23,6 +23,7 @@ from vipd import log as vlog
 from vipd.startup import EXIT_CONFIG as EXIT_CONFIG  # re-exported: the tests, the docs
 from vipd.startup import STDIN
 
+EXIT_LAB_MISSING = 2  # vipd lab where only the agent is installed (a wheel, the image)
 EXIT_LISTEN = 3  # metrics.listen is taken (another vipd on this node?): vipd.endpoint.server
 
 
@@ -169,16 +170,17 @@ def cmd_lab(argv: Sequence[str]) -> int:
     """``vipd lab ARGS``: ``python -m vipd.lab ARGS`` in this process's place.
 
     A process boundary rather than an import: nothing the daemon runs imports the lab, and an
-    installation without it (the container image) says so instead of failing on an import."""
+    installation without it (the wheel, the container image) says so and exits 2 instead of
+    failing on an import."""
     import importlib.util
 
     if importlib.util.find_spec("vipd.lab") is None:
         print(
-            "vipd lab: the lab is not installed here (the container image carries only the "
-            "agent): run it from a source checkout",
+            "vipd lab: the lab runs from a clone of the vipd repository (scripts/setup, then "
+            ".venv/bin/vipd lab): the wheel and the container image carry only the agent",
             file=sys.stderr,
         )
-        return EXIT_CONFIG
+        return EXIT_LAB_MISSING
     os.execv(sys.executable, [sys.executable, "-m", "vipd.lab", *argv])
 
 
