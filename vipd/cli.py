@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     first = startup.Background(startup.first_probe, cfg, pre)
     # The agent's imports (asyncio, the loop, the backend: most of a start's CPU) run while
     # the probe's thread waits for answers; they touch nothing on the host.
-    from vipd import agent
+    from vipd import daemon
 
     conflict = startup.wait_out_conflict(cfg, pre, logger, first.result)
     if conflict is not None:
@@ -61,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         listen=cfg.metrics.listen,
         paths="/metrics /healthz /readyz",
     )
-    return agent.run(cfg, pre, endpoint, startup.reloader(args.config))
+    return daemon.run(cfg, pre, endpoint, startup.reloader(args.config))
 
 
 def _check_offline(path: str | None) -> int:

@@ -20,8 +20,9 @@ The floors
       drivers  the parts that each run one job against the outside world: the election
                backends (vrrp, lease), the controller, IPVS, the health checker, tracking,
                hooks, the HTTP endpoint, kube, preflight, adopt
-      agent    the shell that wires them together and its start-up (agent, startup, and the
-               agent's own modules: lifecycle, linkfollow, statusdoc, signals)
+      agent    the shell that wires them together, its parts and its start-up: agent,
+               instance, lifecycle, linkfollow, checkfeed, statusdoc, livereload, signals,
+               daemon, startup
       cli      the command line
       lab      vipd.lab, the test bed, above everything (and out of the wheel)
 
@@ -185,7 +186,15 @@ FLOORS = {
     "vipd.preflight": "drivers",
     "vipd.tracking": "drivers",
     "vipd.agent": "agent",
+    "vipd.checkfeed": "agent",
+    "vipd.daemon": "agent",
+    "vipd.instance": "agent",
+    "vipd.lifecycle": "agent",
+    "vipd.linkfollow": "agent",
+    "vipd.livereload": "agent",
+    "vipd.signals": "agent",
     "vipd.startup": "agent",
+    "vipd.statusdoc": "agent",
     "vipd.cli": "cli",
     "vipd.__main__": "cli",
     "vipd.lab": "lab",
