@@ -31,6 +31,7 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from vipd import livereload, metrics, statusdoc
@@ -45,7 +46,7 @@ from vipd.host import sdnotify
 from vipd.host.faultsig import FAULT_SIGNALS as FAULT_SIGNALS  # re-exported: tests, callers
 from vipd.host.linkwatch import LinkWatch
 from vipd.instance import Instance, MakeActuators, host_actuators
-from vipd.lifecycle import OrderedStop, Step, Tasks, Wiring
+from vipd.lifecycle import OrderedStop, Step, Tasks, Wiring, together
 from vipd.linkfollow import LinkFollower, WatchLink
 from vipd.livereload import Loader
 from vipd.preflight import Preflight
@@ -329,7 +330,9 @@ class Agent:
                 log=self.log,
             )
         controllers = self.controllers
-        self.tasks.spawn("controller", self._run_controllers(controllers), "controller")
+        # Every instance's controller as one task: the first to end (a bug) ends them all.
+        runs = [(f"controller-{i}", c.run()) for i, c in enumerate(controllers)]
+        self.tasks.spawn("controller", together(runs), "controller")
         for inst in self.instances:
             inst.hooks.start()
         self.links.open(self._watch_link)
@@ -349,27 +352,18 @@ class Agent:
                 self.ipvs.start(self.health, controllers[0].leader)
                 controllers[0].follow(self.ipvs)
         self.links.listen()
-        self.tasks.spawn("election", self._run_elections(), "election")
+        # Every instance's election, each publishing to its own controller, as one task.
+        elections = [
+            (
+                f"election-{i}",
+                inst.election.run(
+                    partial(self._on_transition, inst), partial(self._on_ready, inst)
+                ),
+            )
+            for i, inst in enumerate(self.instances)
+        ]
+        self.tasks.spawn("election", together(elections), "election")
         self.tasks.spawn("link", self.links.follow(), "link follower")
-
-    async def _run_controllers(self, controllers: list[Controller]) -> None:
-        """Every instance's controller; the first to end (a bug) ends them all."""
-        async with asyncio.TaskGroup() as tg:
-            for i, c in enumerate(controllers):
-                tg.create_task(c.run(), name=f"controller-{i}")
-
-    async def _run_elections(self) -> None:
-        """Every instance's election, each publishing to its own controller; the first to
-        raise ends them all (and the agent takes the ordered stop)."""
-        async with asyncio.TaskGroup() as tg:
-            for i, inst in enumerate(self.instances):
-                tg.create_task(
-                    inst.election.run(
-                        lambda t, inst=inst: self._on_transition(inst, t),  # type: ignore[misc]
-                        lambda inst=inst: self._on_ready(inst),  # type: ignore[misc]
-                    ),
-                    name=f"election-{i}",
-                )
 
     def _stop_plan(self, graceful: bool) -> list[Step]:
         """The ordered stop (docs/design/architecture.md), for the parts that were started.

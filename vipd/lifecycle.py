@@ -38,7 +38,7 @@ from vipd import log as vlog
 from vipd import metrics
 from vipd.config import Config
 
-__all__ = ["OrderedStop", "Step", "Tasks", "Wiring"]
+__all__ = ["OrderedStop", "Step", "Tasks", "Wiring", "together"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +119,13 @@ class Tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+
+async def together(coros: Iterable[tuple[str, Coroutine[Any, Any, None]]]) -> None:
+    """Named coroutines as one task (an asyncio.TaskGroup): the first to raise ends them all."""
+    async with asyncio.TaskGroup() as tg:
+        for name, coro in coros:
+            tg.create_task(coro, name=name)
 
 
 @dataclass(frozen=True, slots=True)
