@@ -1,7 +1,9 @@
 """The ``vipd`` command line: run, check, status, lab, version.
 
-What it is: argument parsing and exit codes. Configuration errors are one line on stderr,
-naming the key and the rule, with exit code 2, before anything on the host is touched.
+What it is: argument parsing, what each command prints, and exit codes. Configuration errors
+are one line on stderr, naming the key and the rule, with exit code 2, before anything on the
+host is touched. The start-up checks themselves (the config, preflight, the probe for the
+VIP, the access review) are ``vipd.startup``'s.
 
 What it must not do: hold logic of its own beyond choosing what to run.
 """
@@ -13,112 +15,16 @@ import logging
 import os
 import socket
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from vipd import __version__
+from vipd import __version__, startup
 from vipd import log as vlog
+from vipd.startup import EXIT_CONFIG as EXIT_CONFIG  # re-exported: the tests, the docs
+from vipd.startup import STDIN
 
-if TYPE_CHECKING:
-    from vipd.config import Config
-    from vipd.host.conflict import Conflict
-    from vipd.preflight import Preflight
-
-EXIT_CONFIG = 2
+EXIT_LAB_MISSING = 2  # vipd lab where only the agent is installed (a wheel, the image)
 EXIT_LISTEN = 3  # metrics.listen is taken (another vipd on this node?): vipd.endpoint.server
-CONFLICT_RETRY = 1.0  # s between probes while a foreign host holds the VIP (vipd run)
-
-
-STDIN = "-"  # --config -: the YAML text from standard input
-
-
-def _read_text(path: str | None) -> tuple[str, str]:
-    """The YAML text and the name errors call it by: ``path``, standard input for ``-``, or
-    without ``--config`` the text in ``$VIPD_CONFIG`` (how the rendered manifests carry one
-    config to the static pod and the DaemonSet alike). Raises `config.ConfigError`."""
-    from vipd import config
-
-    if path is None:
-        text = os.environ.get("VIPD_CONFIG", "")
-        if not text.strip():
-            raise config.ConfigError(
-                "", "no config: pass --config FILE (- for stdin), or the YAML in $VIPD_CONFIG"
-            )
-        return text, "$VIPD_CONFIG"
-    if path == STDIN:
-        return sys.stdin.read(), "<stdin>"
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise config.ConfigError("", f"cannot read the config file: {reason}", file=path) from None
-
-
-def _read_data(path: str | None) -> object:
-    from vipd import config
-
-    text, name = _read_text(path)
-    return config.read_text(text, name)
-
-
-def _read_config(path: str | None) -> Config:
-    """The validated config from ``path`` (see `_read_text`). Raises `config.ConfigError`."""
-    from vipd import config
-
-    return config.parse(_read_data(path), env=os.environ, hostname=socket.gethostname())
-
-
-def _load(path: str | None) -> tuple[Config, Preflight]:
-    """Config (`_read_config`) + preflight, or a one-line error and exit 2."""
-    from vipd import config, preflight
-
-    try:
-        cfg = _read_config(path)
-        pre = preflight.check_host(cfg, preflight.read_host())
-        _check_ca_file(cfg)
-        _check_lease(cfg)
-    except config.ConfigError as exc:
-        print(f"vipd: config error: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG) from None
-    return cfg, pre
-
-
-def _reloader(path: str | None) -> Callable[[], Config] | None:
-    """What SIGHUP reads: the same file (or ``$VIPD_CONFIG``) with the start-up checks that
-    need no host (the CA file); None when the config came from stdin, which is read once."""
-    if path == STDIN:
-        return None
-
-    def load() -> Config:
-        cfg = _read_config(path)
-        _check_ca_file(cfg)
-        return cfg
-
-    return load
-
-
-def _check_ca_file(cfg: Config) -> None:
-    """health.ca_file must load as CA certificates (checked at start, like the interface)."""
-    if cfg.health is None or cfg.health.ca_file is None:
-        return
-    from vipd import config
-    from vipd.health.checker import make_ssl_context
-
-    try:
-        make_ssl_context(cfg.health.ca_file)
-    except ValueError as exc:
-        raise config.ConfigError("health.ca_file", str(exc)) from None
-
-
-def _check_lease(cfg: Config) -> None:
-    """Lease mode: the credentials must be found and load (checked at start)."""
-    if cfg.election.mode == "lease" and cfg.election.lease is not None:
-        from vipd import kube
-
-        kube.check(kube.Access.from_lease(cfg.election.lease))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -127,7 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Before any thread exists (the probe, pyroute2, the endpoint): every later thread
     # inherits the mask.
     block_fault_signals()
-    cfg, pre = _load(args.config)
+    cfg, pre = startup.load(args.config)
     from vipd.endpoint import server
 
     # The endpoint's port is bound before anything else happens: it is the per-node lock that
@@ -140,12 +46,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     logger = vlog.setup(cfg.log.format, cfg.log.level)
     for finding in pre.findings:
         vlog.event(logger, logging.INFO, "preflight", finding=finding)
-    first = _Background(_first_probe, cfg, pre)
+    first = startup.Background(startup.first_probe, cfg, pre)
     # The agent's imports (asyncio, the loop, the backend: most of a start's CPU) run while
     # the probe's thread waits for answers; they touch nothing on the host.
-    from vipd import agent
+    from vipd import daemon
 
-    conflict = _wait_out_conflict(cfg, pre, logger, first.result)
+    conflict = startup.wait_out_conflict(cfg, pre, logger, first.result)
     if conflict is not None:
         vlog.event(logger, logging.INFO, "preflight", finding=conflict)
     vlog.event(
@@ -155,102 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         listen=cfg.metrics.listen,
         paths="/metrics /healthz /readyz",
     )
-    return agent.run(cfg, pre, endpoint, _reloader(args.config))
-
-
-class _Background:
-    """``fn(*args)`` in a thread of its own from now; `result` joins it (and re-raises)."""
-
-    def __init__(self, fn: Callable[..., object], *args: object) -> None:
-        self._value: object = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._value = fn(*args)
-            except BaseException as exc:  # handed to the caller, who decides
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="vipd-probe", daemon=True)
-        self._thread.start()
-
-    def result(self) -> object:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def _first_probe(cfg: Config, pre: Preflight) -> Conflict | None:
-    """The start-up probe (VRRP mode), see `_wait_out_conflict`."""
-    if cfg.election.mode != "vrrp":
-        return None
-    from vipd.host import arpwatch
-
-    return arpwatch.check(cfg, pre)
-
-
-def _wait_out_conflict(
-    cfg: Config,
-    pre: Preflight,
-    logger: logging.Logger,
-    first: Callable[[], object] | None = None,
-) -> str | None:
-    """``vipd run``: while a foreign host answers for the VIP, stay out of the election and
-    probe again every ``CONFLICT_RETRY`` s; join once it is gone. Exiting instead would turn
-    a transient holder (another node's crash leftover, removed when its vipd restarts) into
-    a node that never joins under systemd, which does not restart after exit 2. ``first``:
-    the first probe's result, when it already runs in the background (`_Background`)."""
-    from vipd.host import arpwatch
-    from vipd.host.conflict import Conflict
-
-    if cfg.election.mode != "vrrp":
-        return None
-    refused = 0
-    while True:
-        early = first() if first is not None and refused == 0 else None
-        found = early if isinstance(early, Conflict) else arpwatch.check(cfg, pre)
-        if not found.foreign:
-            break
-        refused += 1
-        if vlog.sparse(refused, 30):
-            vlog.event(
-                logger,
-                logging.WARNING,
-                "VIP held by another host",
-                problem=found.describe(),
-                macs=",".join(found.macs),
-                probes=refused,
-                retry_s=CONFLICT_RETRY,
-            )
-        time.sleep(CONFLICT_RETRY)
-    if refused:
-        vlog.event(logger, logging.INFO, "VIP no longer held by another host: joining")
-    return _describe_probe(cfg, pre, found)
-
-
-def _describe_probe(cfg: Config, pre: Preflight, found: Conflict) -> str:
-    if found.macs:
-        return (
-            f"VIP {found.vip} answered by {', '.join(found.macs)}: held by the VRRP router "
-            f"{', '.join(found.vrrp_heard)} advertising VRID {cfg.election.vrrp.vrid}"
-        )
-    vips = ", ".join(map(str, cfg.vips))
-    return f"no other host answered a probe for VIP {vips} on {pre.link.name}"
-
-
-def _check_conflict(cfg: Config, pre: Preflight) -> str | None:
-    """RFC 5227 / DAD probe for the VIP before claiming it (vipd.host.arpwatch); exit 2 when a
-    foreign host answers for it. Returns a finding to report, or None."""
-    if cfg.election.mode != "vrrp":
-        return None
-    from vipd.host import arpwatch
-
-    found = arpwatch.check(cfg, pre)
-    if found.foreign:
-        print(f"vipd: config error: vip: {found.describe()}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG)
-    return _describe_probe(cfg, pre, found)
+    return daemon.run(cfg, pre, endpoint, startup.reloader(args.config))
 
 
 def _check_offline(path: str | None) -> int:
@@ -261,7 +72,7 @@ def _check_offline(path: str | None) -> int:
 
     name = path or "$VIPD_CONFIG"
     try:
-        data = _read_data(path)
+        data = startup.read_data(path)
     except config.ConfigError as exc:
         print(f"vipd: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -281,8 +92,8 @@ def _check_offline(path: str | None) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     if args.offline:
         return _check_offline(args.config)
-    cfg, pre = _load(args.config)
-    conflict = _check_conflict(cfg, pre)
+    cfg, pre = startup.load(args.config)
+    conflict = startup.check_conflict(cfg, pre)
     print(f"config {args.config or '$VIPD_CONFIG'}: valid")
     vips = ", ".join(map(str, cfg.vips))
     sources = ", ".join(map(str, pre.sources or (pre.source,)))
@@ -299,7 +110,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         for finding in pre.findings:
             print(f"  preflight: {finding}")
-        _check_access(cfg)
+        startup.check_access(cfg)
         return 0
     v = cfg.election.vrrp
     peers = pre.unicast_peers
@@ -309,51 +120,21 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"{mode}, preempt {'on' if v.preempt else 'off'}"
     )
     if cfg.health is not None:
+        from vipd import track
+
         h = cfg.health
         print(
             f"  health: {h.path} on {h.local} port {h.port} every {h.interval:g}s "
             f"(timeout {h.timeout:g}s, rise {h.rise}, fall {h.fall}), "
             f"TLS {'verified against ' + h.ca_file if h.ca_file else 'not verified'}; "
-            f"while unhealthy priority {max(1, v.priority - h.weight)}"
+            f"while unhealthy priority {track.effective_priority(v.priority, h.weight, False)}"
         )
     for finding in pre.findings:
         print(f"  preflight: {finding}")
     if conflict is not None:
         print(f"  preflight: {conflict}")
-    _check_access(cfg)
+    startup.check_access(cfg)
     return 0
-
-
-def _check_access(cfg: Config) -> None:
-    """Lease mode and IPVS discovery: ask the API server (a SelfSubjectAccessReview per
-    verb, with the credentials vipd would run with) whether vipd may do what it needs; exit
-    2 naming what is missing. An API server that does not answer (``kubeadm init`` has not
-    started it yet) is said, not an error."""
-    from vipd import kube
-
-    asks: list[tuple[kube.Access, list[kube.Need]]] = []
-    if cfg.election.mode == "lease" and cfg.election.lease is not None:
-        lease = cfg.election.lease
-        asks.append((kube.Access.from_lease(lease), kube.lease_needs(lease)))
-    if cfg.ipvs.enabled and cfg.ipvs.discovery.enabled:
-        asks.append((kube.Access.from_discovery(cfg.ipvs.discovery), kube.DISCOVERY_NEEDS))
-    denied: list[str] = []
-    for access, needs in asks:
-        got = kube.review(access, needs)
-        if got.error is not None:
-            print(f"  access: not checked with {got.credentials}: the API server did not answer "
-                  f"({got.error})")  # fmt: skip
-        elif got.missing:
-            denied.append(
-                f"{access.key}: {got.credentials} may not "
-                + ", ".join(n.describe() for n in got.missing)
-            )
-        else:
-            print(f"  access: {got.credentials} may " + ", ".join(n.describe() for n in needs))
-    if denied:
-        for line in denied:
-            print(f"vipd: config error: {line} (grant it: vipd manifest rbac)", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -366,7 +147,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         from vipd import config
 
         try:
-            cfg = _read_config(args.config)
+            cfg = startup.read_config(args.config)
         except config.ConfigError as exc:
             print(f"vipd: config error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
@@ -389,16 +170,17 @@ def cmd_lab(argv: Sequence[str]) -> int:
     """``vipd lab ARGS``: ``python -m vipd.lab ARGS`` in this process's place.
 
     A process boundary rather than an import: nothing the daemon runs imports the lab, and an
-    installation without it (the container image) says so instead of failing on an import."""
+    installation without it (the wheel, the container image) says so and exits 2 instead of
+    failing on an import."""
     import importlib.util
 
     if importlib.util.find_spec("vipd.lab") is None:
         print(
-            "vipd lab: the lab is not installed here (the container image carries only the "
-            "agent): run it from a source checkout",
+            "vipd lab: the lab runs from a clone of the vipd repository (scripts/setup, then "
+            ".venv/bin/vipd lab): the wheel and the container image carry only the agent",
             file=sys.stderr,
         )
-        return EXIT_CONFIG
+        return EXIT_LAB_MISSING
     os.execv(sys.executable, [sys.executable, "-m", "vipd.lab", *argv])
 
 
@@ -417,7 +199,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
             node_label=args.node_label,
             name=args.name,
         )
-        plan = manifest.plan(_read_data(args.config))
+        plan = manifest.plan(startup.read_data(args.config))
         text = manifest.render(args.kind, plan, opts, source=source)
     except (config.ConfigError, manifest.ManifestError) as exc:
         print(f"vipd: config error: {exc}", file=sys.stderr)

@@ -9,13 +9,27 @@ What it is
 
     `adjust` folds every track's current state into one `Adjustment`: the sum of the weights
     of the tracks that are down, the sum of the file values of those that are up, and
-    whether a ``fault`` track is down. `effective_priority` combines it with the health gate
-    (``vipd.health.gate``): ``priority - health weight (while unhealthy) - down weights +
-    file values``, clamped to 1..254. The floor at 1 keeps the gate's rule: tracking never
-    takes the priority to 0 (resigning), so a lone node, with nobody to defer to, still
-    becomes active after its down interval, and ``kubeadm init`` reaches its API server
-    through the VIP. Only a ``fault`` track takes the node out of the election (keepalived's
-    FAULT state), and only because the operator asked for exactly that.
+    whether a ``fault`` track is down. `effective_priority` combines it with the health gate:
+    ``priority - health weight (while unhealthy) - down weights + file values``, clamped to
+    1..254. It is vipd's one formula for the advertised priority: the VRRP backend uses it,
+    and so do ``vipd check`` and the tests.
+
+The health gate
+    keepalived's weighted ``track_script`` rule for one tracked check with a negative weight
+    (``vrrp_track.c``, ``process_script_update_priority`` and ``vrrp_set_effective_priority``):
+    while the local API server is unhealthy the node advertises ``priority - weight``, floored
+    at 1; while it is healthy, ``priority``. Our ``weight`` is the size of the reduction
+    (keepalived writes it as ``weight -N``). The gate only lowers the priority, it never takes
+    the node out of the election (keepalived's unweighted scripts put the instance in FAULT,
+    which sends no adverts and never takes the VIP; that would keep ``kubeadm init`` from ever
+    reaching its API server through the VIP). A node with nobody else to defer to still
+    becomes active after its Master_Down_Interval, whatever its priority. A healthy node takes
+    the VIP from an unhealthy active one when its priority is higher than the unhealthy node's
+    reduced priority (`outranks`; it preempts, which needs ``preempt``). With ``weight = 0``
+    the check still runs (for IPVS and for the logs) but leadership is not gated. The floor
+    at 1 holds for tracking too: it never takes the priority to 0 (resigning, RFC 9568
+    §5.2.4). Only a ``fault`` track takes the node out of the election (keepalived's FAULT
+    state), and only because the operator asked for exactly that.
 
 What it must not do: run a script, read a file or a clock (``vipd.tracking`` does).
 """
@@ -27,7 +41,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vipd.config import Track
-from vipd.health.gate import MAX_PRIORITY, MIN_PRIORITY
+
+MIN_PRIORITY = 1  # 0 means "resigning" on the wire (RFC 9568 §5.2.4)
+MAX_PRIORITY = 254  # 255 belongs to the address owner, which vipd never is
+MAX_WEIGHT = MAX_PRIORITY - MIN_PRIORITY  # 253: any node, unhealthy, advertises priority 1
 
 
 def file_value(text: str | None) -> tuple[bool, int]:
@@ -75,6 +92,29 @@ def adjust(states: Iterable[tuple[Track, bool, int]]) -> Adjustment:
     return Adjustment(penalty, offset, fault, tuple(down))
 
 
-def effective_priority(priority: int, health_weight: int, healthy: bool, adj: Adjustment) -> int:
+def _check(value: int, low: int, high: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int (got {value!r})")
+    if not low <= value <= high:
+        raise ValueError(f"{what} must be in {low}..{high} (got {value})")
+
+
+def effective_priority(
+    priority: int, health_weight: int, healthy: bool, adj: Adjustment = NONE
+) -> int:
+    """The priority to advertise: ``priority``, less ``health_weight`` while unhealthy, less
+    the weights of the tracks that are down, plus the file values of those that are up,
+    clamped to 1..254. ``priority`` and ``health_weight`` are the config's, already in range
+    (a value out of it is a bug: ValueError)."""
+    _check(priority, MIN_PRIORITY, MAX_PRIORITY, "priority")
+    _check(health_weight, 0, MAX_WEIGHT, "weight")
     gated = priority - (0 if healthy else health_weight) - adj.penalty + adj.offset
     return max(MIN_PRIORITY, min(MAX_PRIORITY, gated))
+
+
+def outranks(healthy_priority: int, unhealthy_priority: int, weight: int) -> bool:
+    """Whether a healthy node of ``healthy_priority`` ranks strictly above an unhealthy node
+    of ``unhealthy_priority`` on priority alone (equal priorities fall to the address
+    tie-break, which knows nothing about health). True for every pair of priorities >= 2 with
+    the default weight 253."""
+    return healthy_priority > effective_priority(unhealthy_priority, weight, False)

@@ -4,7 +4,9 @@ with the pinned dependencies (``pip install -c constraints.txt``), then run.
 What it checks: ``vipd --version`` prints the package's version; ``vipd check --offline``
 passes the example config and refuses a broken one with exit 2; the virtualenv holds exactly
 the runtime dependencies at the versions in constraints.txt (scapy, a test tool, is not
-among them); the sdist carries the licence, the changelog and the constraints.
+among them); the sdist carries the licence, the changelog and the constraints. The wheel (and
+the sdist) carry the agent only: no ``vipd/lab``, and ``vipd lab`` from the installed wheel
+says that the lab runs from a clone of the repository, with exit code 2.
 
 It needs the package index (or pip's cache) for the dependencies; without it the test skips
 with the reason, and fails under CI=true. About 30 s on the 2-core machine with a warm cache.
@@ -16,6 +18,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,6 +81,24 @@ def test_built_wheel_and_sdist(dist: Path) -> None:
     with tarfile.open(dist / f"vipd-{__version__}.tar.gz") as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {"LICENSE", "CHANGELOG.md", "constraints.txt", "pyproject.toml"} <= members
+    assert "vipd/cli.py" in members
+    assert sorted(m for m in members if m.startswith("vipd/lab")) == []
+
+
+def test_the_wheel_carries_the_agent_only(dist: Path) -> None:
+    """No ``vipd/lab`` (the lab, its test doubles, the Kubernetes beds) in the wheel."""
+    (wheel,) = dist.glob("vipd-*.whl")
+    with zipfile.ZipFile(wheel) as whl:
+        names = whl.namelist()
+    assert {"vipd/cli.py", "vipd/agent.py", "vipd/vrrp/driver.py"} <= set(names)
+    assert sorted(n for n in names if n.startswith("vipd/lab")) == []
+
+
+def test_lab_from_the_installed_wheel_says_where_it_runs(venv: Path) -> None:
+    out = vipd(venv, "lab", "--nodes", "2")
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "the lab runs from a clone of the vipd repository" in out.stderr, out.stderr
+    assert out.stdout == ""
 
 
 def test_version_from_the_installed_wheel(venv: Path) -> None:

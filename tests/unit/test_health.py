@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from tests.unit.lan import Lan
+from vipd import track
 from vipd.config import ConfigError, Health, parse
-from vipd.health import gate, http
+from vipd.health import http
 from vipd.health.checker import make_ssl_context
 from vipd.health.tracker import BackendHealth, Outcome, Tracker
 from vipd.vrrp.state import Params, master_down_interval
@@ -108,7 +109,7 @@ def test_thresholds_must_be_positive_integers(bad: Any) -> None:
     ],
 )
 def test_effective_priority(priority: int, weight: int, healthy: bool, effective: int) -> None:
-    assert gate.effective_priority(priority, weight, healthy) == effective
+    assert track.effective_priority(priority, weight, healthy) == effective
 
 
 @pytest.mark.parametrize(
@@ -116,14 +117,14 @@ def test_effective_priority(priority: int, weight: int, healthy: bool, effective
 )
 def test_effective_priority_refuses_out_of_range(priority: Any, weight: int) -> None:
     with pytest.raises((ValueError, TypeError)):
-        gate.effective_priority(priority, weight, False)
+        track.effective_priority(priority, weight, False)
 
 
 def test_outranks() -> None:
-    assert gate.outranks(2, 254, 253)  # default weight: every healthy node >= 2 wins
-    assert not gate.outranks(1, 254, 253)  # a tie at 1 goes to the address tie-break
-    assert not gate.outranks(150, 200, 50)  # 200 - 50 = 150: equal, not above
-    assert gate.outranks(150, 200, 51)
+    assert track.outranks(2, 254, 253)  # default weight: every healthy node >= 2 wins
+    assert not track.outranks(1, 254, 253)  # a tie at 1 goes to the address tie-break
+    assert not track.outranks(150, 200, 50)  # 200 - 50 = 150: equal, not above
+    assert track.outranks(150, 200, 51)
 
 
 def _params(ip: str, priority: int, interval_cs: int = 10) -> Params:
@@ -139,7 +140,7 @@ def test_lan_an_unhealthy_leader_gives_way_within_the_down_interval() -> None:
     lan.run_for(2.0)
     assert lan.active_nodes() == {"n1"}
     t0 = lan.now
-    lan.set_priority("n1", gate.effective_priority(200, 253, False))
+    lan.set_priority("n1", track.effective_priority(200, 253, False))
     lan.run_for(1.0)
     assert lan.active_nodes() == {"n2"}
     took = next(e.time for e in lan.events("became-active", "n2")) - t0
@@ -156,7 +157,7 @@ def test_lan_an_unhealthy_leader_gives_way_within_the_down_interval() -> None:
 
 def test_lan_a_lone_unhealthy_node_still_takes_the_vip() -> None:
     lan = Lan()
-    lan.add("n1", _params("10.0.0.11", gate.effective_priority(200, 253, False)), start=True)
+    lan.add("n1", _params("10.0.0.11", track.effective_priority(200, 253, False)), start=True)
     lan.run_for(master_down_interval(3, 1, 10) + 0.001)
     assert lan.active_nodes() == {"n1"}
     # Its API server comes up: priority restored, still active, no move.
@@ -170,7 +171,7 @@ def test_lan_an_unhealthy_joiner_with_a_higher_priority_does_not_preempt() -> No
     lan.add("n2", _params("10.0.0.12", 150), start=True)
     lan.run_for(2.0)
     assert lan.active_nodes() == {"n2"}
-    lan.add("n1", _params("10.0.0.11", gate.effective_priority(200, 253, False)), start=True)
+    lan.add("n1", _params("10.0.0.11", track.effective_priority(200, 253, False)), start=True)
     lan.run_for(10.0)
     assert lan.active_nodes() == {"n2"}
     assert not lan.events("became-active", "n1")
@@ -187,7 +188,7 @@ def test_lan_a_small_weight_that_does_not_reach_below_the_peer_does_not_gate() -
     lan.add("n1", _params("10.0.0.11", 200), start=True)
     lan.add("n2", _params("10.0.0.12", 150), start=True)
     lan.run_for(2.0)
-    lan.set_priority("n1", gate.effective_priority(200, 40, False))
+    lan.set_priority("n1", track.effective_priority(200, 40, False))
     lan.run_for(3.0)
     assert lan.active_nodes() == {"n1"}
 

@@ -1,9 +1,33 @@
-"""The import graph of vipd/: no cycle anywhere, and the lab stays out of the agent.
+"""The import graph of vipd/: no cycle anywhere, imports only point down the floors (see
+LAYERS below and docs/design/architecture.md), and the lab stays out of the agent.
 
 Every import counts, the ones inside functions too (a lazy import is still a dependency: it
 only moves the failure to the moment it runs). ``from vipd.x import y`` is an edge to
 ``vipd.x.y`` when that is a module, else to ``vipd.x``; ``if TYPE_CHECKING:`` imports are left
 out, since they never run.
+
+The floors
+    vipd's modules sit on six floors, lowest first; a module may import from its own floor and
+    the floors below it, never from one above ("up": to a floor later in LAYERS). Imports
+    inside functions count; ``if TYPE_CHECKING:`` imports do not (they never run). Imports
+    within one floor are allowed (test_no_import_cycle_in_vipd keeps them acyclic).
+
+      core     the rules and definitions every part shares: the config, the pure cores
+               (VRRP codec and state machine, the Lease decision, the IPVS plan, the health
+               tracker and HTTP codec, track, reload, notify, the manifests), the election
+               port, logs, metrics and their exposition, the loop helper (aio)
+      host     vipd.host: the kernel's links, addresses, frames, signals and scheduler
+      drivers  the parts that each run one job against the outside world: the election
+               backends (vrrp, lease), the controller, IPVS, the health checker, tracking,
+               hooks, the HTTP endpoint, kube, preflight, adopt
+      agent    the shell that wires them together, its parts and its start-up: agent,
+               instance, lifecycle, linkfollow, checkfeed, statusdoc, livereload, signals,
+               daemon, startup
+      cli      the command line
+      lab      vipd.lab, the test bed, above everything (and out of the wheel)
+
+    A module's floor is that of the most specific entry naming it or a package above it
+    (``vipd`` itself names only the package's own __init__).
 """
 
 from __future__ import annotations
@@ -126,3 +150,114 @@ def test_nothing_outside_the_lab_imports_the_lab() -> None:
         if not (name == "vipd.lab" or name.startswith("vipd.lab."))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+# -- the layering (the floors: see the module docstring) ------------------------------------
+
+LAYERS = ("core", "host", "drivers", "agent", "cli", "lab")
+
+FLOORS = {
+    "vipd": "core",
+    "vipd.aio": "core",
+    "vipd.config": "core",
+    "vipd.election": "core",
+    "vipd.exposition": "core",
+    "vipd.log": "core",
+    "vipd.metrics": "core",
+    "vipd.notify": "core",
+    "vipd.reload": "core",
+    "vipd.track": "core",
+    "vipd.health": "core",
+    "vipd.health.checker": "drivers",
+    "vipd.vrrp": "drivers",
+    "vipd.vrrp.packet": "core",
+    "vipd.vrrp.state": "core",
+    "vipd.lease": "drivers",
+    "vipd.lease.logic": "core",
+    "vipd.ipvs": "drivers",
+    "vipd.ipvs.plan": "core",
+    "vipd.deploy": "drivers",
+    "vipd.deploy.manifest": "core",
+    "vipd.host": "host",
+    "vipd.controller": "drivers",
+    "vipd.endpoint": "drivers",
+    "vipd.hooks": "drivers",
+    "vipd.kube": "drivers",
+    "vipd.preflight": "drivers",
+    "vipd.tracking": "drivers",
+    "vipd.agent": "agent",
+    "vipd.checkfeed": "agent",
+    "vipd.daemon": "agent",
+    "vipd.instance": "agent",
+    "vipd.lifecycle": "agent",
+    "vipd.linkfollow": "agent",
+    "vipd.livereload": "agent",
+    "vipd.signals": "agent",
+    "vipd.startup": "agent",
+    "vipd.statusdoc": "agent",
+    "vipd.cli": "cli",
+    "vipd.__main__": "cli",
+    "vipd.lab": "lab",
+}
+
+# Known upward imports, each fixed on another branch: the lead drops an entry when that
+# branch lands (and this test then holds the line).
+KNOWN_UPWARD = {
+    # arpwatch describes the VIP's link with preflight's result: it is to take the link and
+    # sources as host data instead.
+    ("vipd.host.arpwatch", "vipd.preflight"),
+    # arpwatch opens its VRRP listening socket through the VRRP transport: the socket is to
+    # come from the VRRP backend instead.
+    ("vipd.host.arpwatch", "vipd.vrrp.transport"),
+}
+
+
+def floor_of(name: str) -> str | None:
+    """The floor of module ``name`` (None: no entry names it)."""
+    probe = name
+    while probe and probe != "vipd":
+        if probe in FLOORS:
+            return FLOORS[probe]
+        probe = probe.rpartition(".")[0]
+    return FLOORS.get(name)
+
+
+def upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Every import edge (importer, imported) that goes to a higher floor."""
+    out: set[tuple[str, str]] = set()
+    for name, targets in graph.items():
+        here = LAYERS.index(floor_of(name) or "lab")
+        for target in targets:
+            if LAYERS.index(floor_of(target) or "lab") > here:
+                out.add((name, target))
+    return out
+
+
+def test_every_module_has_a_floor() -> None:
+    assert set(FLOORS.values()) <= set(LAYERS)
+    assert sorted(name for name in MODULES if floor_of(name) is None) == []
+
+
+def test_the_floors_are_read() -> None:
+    # A placement that is wrong (everything on one floor) would let every import through.
+    assert floor_of("vipd") == "core" and floor_of("vipd.vrrp.state") == "core"
+    assert floor_of("vipd.host.linkwatch") == "host"
+    assert floor_of("vipd.vrrp.driver") == "drivers"
+    assert floor_of("vipd.agent") == "agent" and floor_of("vipd.cli") == "cli"
+    assert floor_of("vipd.lab.runner") == "lab"
+    assert upward({"vipd.host.linkwatch": {"vipd.preflight", "vipd.host.netlink"}}) == {
+        ("vipd.host.linkwatch", "vipd.preflight")
+    }
+    assert upward({"vipd.config": {"vipd.cli"}, "vipd.cli": {"vipd.config"}}) == {
+        ("vipd.config", "vipd.cli")
+    }
+
+
+def test_imports_only_point_down() -> None:
+    found = upward(GRAPH)
+    assert sorted(found - KNOWN_UPWARD) == []
+
+
+def test_the_known_upward_imports_are_still_there() -> None:
+    """An exception that no longer happens goes from KNOWN_UPWARD (so it cannot come back)."""
+    assert sorted(KNOWN_UPWARD - upward(GRAPH)) == []

@@ -29,7 +29,6 @@ PURE = [
     "deploy/manifest.py",
     "ipvs/plan.py",
     "health/tracker.py",
-    "health/gate.py",
     "health/http.py",
     "lab/timeline.py",
     "host/conflict.py",

@@ -34,7 +34,8 @@ from ipaddress import IPv4Address, IPv6Address, ip_address, ip_interface
 
 from vipd.host import netlink, rtnl
 from vipd.host.netlink import HEADER
-from vipd.preflight import HostAddress, HostLink
+from vipd.host.snapshot import IFF_LOOPBACK, HostAddress, HostLink
+from vipd.host.snapshot import IFF_UP as IFF_UP  # re-exported: is_up's bit, for the tests
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -46,8 +47,6 @@ RTM_NEWLINK = 16
 RTM_DELLINK = 17
 RTM_GETLINK = 18
 NLM_F_REQUEST = 0x1
-IFF_UP = 0x1
-IFF_LOOPBACK = 0x8
 IFF_RUNNING = 0x40
 IFF_LOWER_UP = 0x10000
 
