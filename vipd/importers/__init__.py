@@ -41,7 +41,7 @@ class Dropped:
 
 @dataclass(frozen=True)
 class Imported:
-    """The result of one import: ``yaml`` is empty when ``errors`` is not."""
+    """The result of one import: with ``errors``, ``yaml`` and ``dropped`` are empty."""
 
     yaml: str
     dropped: tuple[Dropped, ...]

@@ -79,8 +79,10 @@ class _Tok:
     quoted: bool = False
 
 
-def _decomment(line: str, where: str) -> tuple[list[tuple[str, bool]], bool]:
-    """The words of one physical line (with "quoted" flags) and whether it continues."""
+def _decomment(line: str, where: str, braces: bool = True) -> tuple[list[tuple[str, bool]], bool]:
+    """The words of one physical line (with "quoted" flags) and whether it continues.
+    ``braces``: split ``{`` and ``}`` off as words of their own (not on an include line,
+    whose glob may hold ``{a,b}``: keepalived checks for ``include`` first)."""
     words: list[tuple[str, bool]] = []
     cur: list[str] = []
     have = False
@@ -108,11 +110,17 @@ def _decomment(line: str, where: str) -> tuple[list[tuple[str, bool]], bool]:
             i += 1
         elif ch in "#!":
             break
+        elif ch == "$" and line[i + 1 : i + 2] == "{":
+            end = line.find("}", i)
+            end = len(line) - 1 if end < 0 else end
+            cur.append(line[i : end + 1])  # ${NAME}: one word, refused by the caller
+            have = True
+            i = end
         elif ch in " \t\r":
             if have:
                 words.append(("".join(cur), quoted))
             cur, have, quoted = [], False, False
-        elif ch in "{}":
+        elif ch in "{}" and braces:
             if have:
                 words.append(("".join(cur), quoted))
             words.append((ch, False))
@@ -133,7 +141,8 @@ def _tokens(text: str, name: str, files: Files, depth: int) -> Iterator[_Tok]:
     n = 0
     while n < len(lines):
         where = f"{name}:{n + 1}"
-        words, cont = _decomment(lines[n], where)
+        include = lines[n].split(None, 1)[:1] in ([w] for w in INCLUDE_WORDS)
+        words, cont = _decomment(lines[n], where, braces=not include)
         n += 1
         while cont and n < len(lines):
             more, cont = _decomment(lines[n], f"{name}:{n + 1}")

@@ -85,7 +85,11 @@ def _command(words: Sequence[str], what: str, where: str, dropped: list[Dropped]
     an absolute path and arguments, split like a shell's words."""
     argv = [w for word in words for w in shlex.split(word)] if words else []
     if not argv or not argv[0].startswith("/"):
-        dropped.append(Dropped(what, where, "vipd needs an absolute path to the program"))
+        program = argv[0] if argv else "nothing"
+        why = (
+            f"vipd runs a program by its absolute path, not {program!r} (keepalived searches PATH)"
+        )
+        dropped.append(Dropped(what, where, why))
         return None
     return shlex.join(argv)
 
@@ -148,13 +152,8 @@ class _Converter:
             if k == "virtual_ipaddress":
                 for a in s.block or ():
                     inst.vips.append(_address(a.keyword, a.where))
-                    if "/" in a.keyword or len(a.words) > 1:
-                        extra = [a.keyword.partition("/")[2] and "the prefix", *a.args[::2]]
-                        self.drop(
-                            a,
-                            "vipd binds the VIP as /32 (/128) on `interface`; "
-                            f"{', '.join(x for x in extra if x)} dropped",
-                        )
+                    if "/" in a.keyword or a.args:
+                        self.drop(a, "vipd binds every VIP as /32 (/128) on `interface`")
             elif k == "interface":
                 sh["interface"] = (_one(s), s.where)
             elif k == "virtual_router_id":
@@ -250,7 +249,8 @@ class _Converter:
         src = self.scripts.get(name)
         if src is None:
             raise _Refuse(f"{t.where}: track_script {name}: no vrrp_script {name}")
-        item: dict[str, object] = {"name": _track_name(name)}
+        # keepalived runs a script every second unless it says otherwise (VRRP_SCRIPT_DI)
+        item: dict[str, object] = {"name": _track_name(name), "interval": 1}
         weight = 0
         for s in src.block or ():
             k = s.keyword
@@ -350,16 +350,17 @@ class _Converter:
     def finish(self) -> None:
         for inst in self.instances:
             self.instance(inst)
-        by_family: dict[int, _Instance] = {}
+        families: dict[int, list[_Instance]] = {}
         for inst in self.instances:
-            other = by_family.get(inst.family)
-            if other is not None:
+            families.setdefault(inst.family, []).append(inst)
+        for family, group in sorted(families.items()):
+            if len(group) > 1:
+                listed = ", ".join(f"{i.name} ({i.stmt.where})" for i in group)
                 raise _Refuse(
-                    f"two IPv{inst.family} vrrp_instances, {other.name} ({other.stmt.where}) and "
-                    f"{inst.name} ({inst.stmt.where}): one vipd config runs one virtual router "
-                    "per address family; split them into one config each"
+                    f"{len(group)} IPv{family} vrrp_instances: {listed}: one vipd config runs one "
+                    "virtual router per address family; split them into one config each"
                 )
-            by_family[inst.family] = inst
+        by_family = {family: group[0] for family, group in families.items()}
         if not by_family:
             raise _Refuse(f"{self.name}: no vrrp_instance: nothing to import")
         routers = [by_family[f] for f in sorted(by_family)]
@@ -465,5 +466,5 @@ def convert(text: str, name: str, files: Files) -> Imported:
         conv.top(parse(text, name, files))
         conv.finish()
     except (KaError, _Refuse) as e:
-        return Imported("", tuple(conv.dropped), (str(e),))
+        return Imported("", (), (str(e),))
     return finish(conv.doc, conv.dropped, ())

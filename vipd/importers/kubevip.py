@@ -109,7 +109,7 @@ def convert(text: str, name: str) -> Imported:
     try:
         doc = _convert(text, name, dropped)
     except _Refuse as e:
-        return Imported("", tuple(dropped), (str(e),))
+        return Imported("", (), (str(e),))
     return finish(doc, dropped, ())
 
 

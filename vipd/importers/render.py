@@ -106,10 +106,10 @@ class Doc:
 def finish(doc: Doc, dropped: Sequence[Dropped], errors: Sequence[str]) -> Imported:
     """The `Imported` of a finished `Doc`: its text when vipd's loader accepts it."""
     if errors:
-        return Imported("", tuple(dropped), tuple(errors))
+        return Imported("", (), tuple(errors))
     text = doc.text()
     try:
         config.parse(yaml.safe_load(text), env={}, hostname="import")
     except config.ConfigError as e:
-        return Imported("", tuple(dropped), (f"vipd would refuse the result: {e}",))
+        return Imported("", (), (f"vipd would refuse the result: {e}",))
     return Imported(text, tuple(dropped), ())
