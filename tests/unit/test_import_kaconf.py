@@ -155,3 +155,39 @@ def test_an_unreadable_include_names_the_line() -> None:
     with pytest.raises(KaError) as e:
         parse("\ninclude x.conf\n", "/etc/k.conf", Files(read, glob))
     assert str(e.value) == "/etc/k.conf:2: cannot read /etc/x.conf: Permission denied"
+
+
+# -- the converters are pure ---------------------------------------------------------------
+
+PURE_IMPORTERS = [
+    "importers/__init__.py",
+    "importers/kaconf.py",
+    "importers/katables.py",
+    "importers/keepalived.py",
+    "importers/kubevip.py",
+    "importers/render.py",
+]
+
+
+def test_every_importer_module_but_the_command_is_listed() -> None:
+    from tests.unit.test_purity import ROOT
+
+    found = {f"importers/{p.name}" for p in (ROOT / "importers").glob("*.py")}
+    assert found - set(PURE_IMPORTERS) == {"importers/command.py"}
+
+
+@pytest.mark.parametrize("module", PURE_IMPORTERS)
+def test_the_converters_are_pure(module: str) -> None:
+    """As tests/unit/test_purity.py checks the core: no I/O, clock or process module, and
+    vipd imports only of pure modules (vipd.config, the other converters)."""
+    from tests.unit.test_imports import GRAPH
+    from tests.unit.test_purity import FORBIDDEN, PURE, ROOT, imported_modules
+
+    bad = imported_modules(ROOT / module) & FORBIDDEN
+    assert not bad, f"{module} imports {sorted(bad)}"
+
+    def dotted(path: str) -> str:
+        return "vipd." + path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+    pure = {dotted(m) for m in PURE + PURE_IMPORTERS}
+    assert GRAPH[dotted(module)] - pure - {"vipd"} == set()

@@ -194,9 +194,10 @@ class _Converter:
             elif k in NOTIFY:
                 cmd = _command(s.args, k, s.where, self.dropped)
                 if cmd is not None:
-                    sh[NOTIFY[k]] = (cmd, s.where)
+                    # keepalived passes notify its own arguments (and none to the others)
+                    sh[NOTIFY[k]] = (cmd, f"{k} ({s.where}); vipd appends <vip> <state> <reason>")
             elif k in GARP:
-                sh[GARP[k]] = (_one(s, _number), s.where)
+                sh[GARP[k]] = (_one(s, _number), f"{k} ({s.where})")
             elif k in INSTANCE_DROPS:
                 self.drop(s, INSTANCE_DROPS[k])
             else:
@@ -397,7 +398,7 @@ class _Converter:
         for key, (value, where) in sorted(self.garp.items()):
             self.doc.set(key, value, f"global_defs vrrp_{key.split('.')[1]} ({where})")
         for key in sorted(k for k in shared if k.startswith(("garp.", "notify."))):
-            self.doc.set(key, shared[key][0], f"({shared[key][1]})")
+            self.doc.set(key, shared[key][0], shared[key][1])
         for s in self.servers:
             self.server(s, vips)
         # track items were appended while reading the instances; move them last

@@ -174,8 +174,6 @@ def _convert(text: str, name: str, dropped: list[Dropped]) -> Doc:
         value, at = used("vip_interface")
         out.set("interface", value, f"env vip_interface ({at})")
 
-    for k in sorted(k for k in env if k.startswith(("bgp_", "zebra_", "mpbgp_"))):
-        drop(k, "BGP is not in vipd yet")
     arp = _true(env.pop("vip_arp", "false"))
     if not arp:
         raise _Refuse(
@@ -189,6 +187,10 @@ def _convert(text: str, name: str, dropped: list[Dropped]) -> Doc:
             "(VRRP or Lease, docs/reference/config.md)"
         )
     used("vip_leaderelection")
+    for k in [k for k, v in env.items() if v.strip().lower() == "false"]:
+        used(k)  # a feature kube-vip has off: nothing to carry over
+    for k in sorted(k for k in env if k.startswith(("bgp_", "zebra_", "mpbgp_"))):
+        drop(k, "BGP is not in vipd yet")
     out.set("election.mode", "lease", f"env vip_leaderelection ({where['vip_leaderelection']})")
     if "vip_leasename" in env:
         lease, at = used("vip_leasename")
