@@ -271,6 +271,13 @@ def instance(name: str = "VI", vip: str = "10.0.0.100", advert: str = "1", extra
     return INSTANCE.format(name=name, vip=vip, advert=advert, extra=extra)
 
 
+def test_address_options() -> None:
+    text = instance(vip="10.0.0.100 dev eth0\n 10.0.0.101/24\n 10.0.0.102 dev eth1 label x")
+    result = convert(text)
+    assert [str(v) for v in load(result).vips] == ["10.0.0.100", "10.0.0.101", "10.0.0.102"]
+    assert [d.what for d in result.dropped] == ["10.0.0.101/24", "10.0.0.102 dev eth1 label x"]
+
+
 def test_version_3_from_the_globals_and_a_fractional_interval() -> None:
     text = "global_defs {\n vrrp_version 3\n}\n" + instance(advert="0.05")
     cfg = load(convert(text))

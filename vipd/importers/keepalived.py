@@ -147,13 +147,14 @@ class _Converter:
         version_set: tuple[int, str] | None = None
         sh = inst.shared
         track: list[Stmt] = []
+        options: list[Stmt] = []  # addresses written with a prefix or options
         for s in inst.stmt.block or ():
             k = s.keyword
             if k == "virtual_ipaddress":
                 for a in s.block or ():
                     inst.vips.append(_address(a.keyword, a.where))
                     if "/" in a.keyword or a.args:
-                        self.drop(a, "vipd binds every VIP as /32 (/128) on `interface`")
+                        options.append(a)
             elif k == "interface":
                 sh["interface"] = (_one(s), s.where)
             elif k == "virtual_router_id":
@@ -202,6 +203,10 @@ class _Converter:
                 self.drop(s, INSTANCE_DROPS[k])
             else:
                 raise _Refuse(f"{s.where}: unknown keyword {k!r} in vrrp_instance {inst.name}")
+        for a in options:
+            # "dev <the instance's interface>" alone is where vipd binds it anyway
+            if "/" in a.keyword or a.args != ("dev", sh.get("interface", ("",))[0]):
+                self.drop(a, "vipd binds every VIP as /32 (/128) on `interface`")
         if not inst.vips:
             raise _Refuse(f"{where}: vrrp_instance {inst.name} has no virtual_ipaddress")
         families = {v.version for v in inst.vips}
