@@ -483,7 +483,7 @@ class _Parser(argparse.ArgumentParser):
 def cmd_import(args: argparse.Namespace) -> int:
     from vipd.importers import command
 
-    return command.run(args.source, args.file)
+    return command.run(args.source, args.file, args.instance)
 
 
 def build_parser(
@@ -610,6 +610,9 @@ def build_parser(
     )
     p_import.add_argument("source", choices=("keepalived", "kube-vip"))
     p_import.add_argument("file", help="keepalived.conf, or kube-vip's manifest (- for stdin)")
+    p_import.add_argument(
+        "--instance", action="append", default=[], help="keepalived: import this vrrp_instance"
+    )
     p_import.set_defaults(func=cmd_import)
 
     p_version = sub.add_parser("version", help="print the version")

@@ -170,6 +170,68 @@ def test_debian_sample(sample: str) -> None:
         assert d.where.startswith(f"{path}:") and d.why, d
 
 
+# The samples with several IPv4 instances, one instance at a time (--instance): each imports,
+# and these are the keywords (or addresses) dropped from it with a reason, besides the other
+# instances. The global_defs of keepalived.conf.vrrp (mail settings, router_id) are MAIL.
+MAIL = {"notification_email", "notification_email_from", "router_id", "smtp_connect_timeout"}
+MAIL |= {"smtp_server"}
+PER_INSTANCE: dict[str, dict[str, set[str]]] = {
+    "keepalived.conf.vrrp": {
+        # VI_1 lists 192.168.200.18 twice (the second with a label)
+        "VI_1": MAIL | {"192.168.200.18", "smtp_alert", "state"},
+        "VI_2": MAIL | {"smtp_alert"},
+        "VI_3": MAIL | {"smtp_alert", "state"},
+        "VI_4": MAIL | {"smtp_alert"},
+    },
+    "keepalived.conf.vrrp.localcheck": {
+        # its scripts are "killall -0 sshd" and the like: no absolute path
+        "VI_1": {"192.168.200.18/25", "state", "track_interface", "vrrp_script"},
+        "VI_2": {"192.168.201.18/26", "state", "track_interface", "vrrp_script"},
+        "VI_3": {"192.168.200.19/27"},
+        "VI_4": {"192.168.201.19/28"},
+        **{f"VI_{n}": {f"192.168.200.{15 + n}/27", "state"} for n in range(5, 10)},
+    },
+    "keepalived.conf.vrrp.lvs_syncd": {
+        "VI_1": {"lvs_sync_daemon_interface", "state", "virtual_server", "vrrp_sync_group"},
+        "VI_2": {"virtual_server", "vrrp_sync_group"},
+        "VI_3": {"virtual_server", "vrrp_sync_group"},
+    },
+    "keepalived.conf.vrrp.scripts": {
+        "VI_1": {"smtp_alert", "state", "vrrp_sync_group"},
+        "VI_2": {"192.168.200.100/27", "state", "vrrp_sync_group"},
+        "VI_3": {"192.168.200.101/27", "state", "vrrp_sync_group"},
+    },
+    "keepalived.conf.vrrp.sync": {
+        "VI_1": {"192.168.200.18/25", "state", "vrrp_sync_group"},
+        "VI_2": {"192.168.201.18/26", "state", "vrrp_sync_group"},
+        "VI_3": {"192.168.200.19/27", "vrrp_sync_group"},
+        "VI_4": {"192.168.201.19/28", "vrrp_sync_group"},
+        **{
+            f"VI_{n}": {f"192.168.200.{15 + n}/27", "state", "vrrp_sync_group"}
+            for n in range(5, 10)
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("sample", "name"),
+    [(s, n) for s, names in sorted(PER_INSTANCE.items()) for n in names],
+)
+def test_debian_sample_one_instance_at_a_time(sample: str, name: str) -> None:
+    expected = SAMPLE_OUTCOMES[sample]
+    names = expected[2]
+    assert expected[0] == "error" and isinstance(names, tuple) and name in names
+    path = samples_dir() / sample
+    result = keepalived.convert(read(str(path)), str(path), real_files(), [name])
+    cfg = load(result)
+    assert cfg.election.mode == "vrrp" and cfg.election.vrrp.version == 2
+    others = {d.what for d in result.dropped if d.why == "not chosen with --instance"}
+    assert others == {f"vrrp_instance {n}" for n in names if n != name}
+    rest = {d.what.split()[0] for d in result.dropped if d.why != "not chosen with --instance"}
+    assert rest == PER_INSTANCE[sample][name]
+
+
 def test_an_ah_instance_is_imported_without_authentication() -> None:
     path = samples_dir() / "keepalived.conf.SSL_GET"
     result = keepalived.convert(read(str(path)), str(path), real_files())
@@ -314,6 +376,33 @@ def test_two_ipv6_instances_are_an_error_naming_both() -> None:
     text = instance("A", vip="fd00::1") + instance("B", vip="fd00::2")
     (error,) = convert(text, "/etc/k.conf").errors
     assert error.startswith("2 IPv6 vrrp_instances: A (/etc/k.conf:1), B (/etc/k.conf:11)")
+
+
+def test_instance_chooses_among_several_of_one_family() -> None:
+    text = instance("API") + instance("INGRESS", vip="10.0.0.200") + instance("V6", vip="fd00::1")
+    text = text.replace("advert_int 1", "advert_int 1\n version 3")
+    (error,) = convert(text).errors
+    assert "choose one with --instance NAME" in error
+    result = keepalived.convert(text, "k.conf", NOFS, instances=["API"])
+    assert [str(v) for v in load(result).vips] == ["10.0.0.100"]
+    assert [(d.what, d.where) for d in result.dropped] == [
+        ("vrrp_instance INGRESS", "k.conf:12"),
+        ("vrrp_instance V6", "k.conf:23"),
+    ]
+    result = keepalived.convert(text, "k.conf", NOFS, instances=["INGRESS", "V6"])
+    assert [str(v) for v in load(result).vips] == ["10.0.0.200", "fd00::1"]
+    (error,) = keepalived.convert(text, "k.conf", NOFS, instances=["API", "X"]).errors
+    assert error == "k.conf: no vrrp_instance X (there are: API, INGRESS, V6)"
+
+
+def test_the_samples_instance_can_be_chosen() -> None:
+    path = samples_dir() / "keepalived.conf.vrrp"
+    out = vipd("import", "keepalived", str(path), "--instance", "VI_1")
+    assert out.returncode == EXIT_IMPORT_DROPPED, out.stderr
+    assert config.parse(yaml.safe_load(out.stdout), env={}, hostname="t").election.vrrp.vrid == 51
+    assert "dropped: vrrp_instance VI_2" in out.stderr
+    wrong = vipd("import", "kube-vip", str(path), "--instance", "VI_1")
+    assert wrong.returncode == 2 and "--instance is keepalived's" in wrong.stderr
 
 
 def test_an_unknown_keyword_is_an_error() -> None:

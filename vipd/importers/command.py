@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import sys
+from collections.abc import Sequence
 from typing import TextIO
 
 from vipd.importers import EXIT_IMPORT_ERROR, Imported, keepalived, kubevip
@@ -58,7 +59,13 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def run(source: str, path: str, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+def run(
+    source: str,
+    path: str,
+    instances: Sequence[str] = (),
+    stdout: TextIO = sys.stdout,
+    stderr: TextIO = sys.stderr,
+) -> int:
     try:
         text = sys.stdin.read() if path == "-" else _read(path)
     except (OSError, UnicodeDecodeError) as e:
@@ -68,7 +75,10 @@ def run(source: str, path: str, stdout: TextIO = sys.stdout, stderr: TextIO = sy
     name = "<stdin>" if path == "-" else path
     result: Imported
     if source == "keepalived":
-        result = keepalived.convert(text, name, Files(_read, _glob))
+        result = keepalived.convert(text, name, Files(_read, _glob), instances)
+    elif instances:
+        print("vipd import: error: --instance is keepalived's (vrrp_instance names)", file=stderr)
+        return EXIT_IMPORT_ERROR
     else:
         result = kubevip.convert(text, name)
     for d in result.dropped:

@@ -152,7 +152,11 @@ class _Converter:
             k = s.keyword
             if k == "virtual_ipaddress":
                 for a in s.block or ():
-                    inst.vips.append(_address(a.keyword, a.where))
+                    address = _address(a.keyword, a.where)
+                    if address in inst.vips:
+                        self.drop(a, "the address is listed before: vipd binds it once")
+                        continue
+                    inst.vips.append(address)
                     if "/" in a.keyword or a.args:
                         options.append(a)
             elif k == "interface":
@@ -353,6 +357,20 @@ class _Converter:
 
     # -- the result ---------------------------------------------------------------------------
 
+    def select(self, names: Sequence[str]) -> None:
+        """Keep only the instances named (``--instance``); the others are dropped."""
+        have = [i.name for i in self.instances]
+        for name in names:
+            if name not in have:
+                raise _Refuse(
+                    f"{self.name}: no vrrp_instance {name} (there are: {', '.join(have) or 'none'})"
+                )
+        for inst in self.instances:
+            if inst.name not in names:
+                what = f"vrrp_instance {inst.name}"
+                self.dropped.append(Dropped(what, inst.stmt.where, "not chosen with --instance"))
+        self.instances = [i for i in self.instances if i.name in names]
+
     def finish(self) -> None:
         for inst in self.instances:
             self.instance(inst)
@@ -364,7 +382,7 @@ class _Converter:
                 listed = ", ".join(f"{i.name} ({i.stmt.where})" for i in group)
                 raise _Refuse(
                     f"{len(group)} IPv{family} vrrp_instances: {listed}: one vipd config runs one "
-                    "virtual router per address family; split them into one config each"
+                    "virtual router per address family; choose one with --instance NAME"
                 )
         by_family = {family: group[0] for family, group in families.items()}
         if not by_family:
@@ -464,12 +482,15 @@ def _agree(routers: Sequence[_Instance]) -> dict[str, tuple[object, str]]:
     return out
 
 
-def convert(text: str, name: str, files: Files) -> Imported:
+def convert(text: str, name: str, files: Files, instances: Sequence[str] = ()) -> Imported:
     """keepalived config ``text`` (read from ``name``; its includes through ``files``) →
-    the vipd config, what was dropped and the errors."""
+    the vipd config, what was dropped and the errors. ``instances``: import only the
+    ``vrrp_instance``s of these names (at most one per address family), not all."""
     conv = _Converter(name)
     try:
         conv.top(parse(text, name, files))
+        if instances:
+            conv.select(instances)
         conv.finish()
     except (KaError, _Refuse) as e:
         return Imported("", (), (str(e),))
