@@ -68,6 +68,13 @@ def _one(s: Stmt, kind: Callable[[str], object] = str) -> object:
         raise _Refuse(f"{s.where}: {s.keyword}: not a valid value: {s.args[0]!r}") from None
 
 
+def _int(text: str, s: Stmt) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _Refuse(f"{s.where}: {s.keyword}: not an integer: {text!r}") from None
+
+
 def _number(text: str) -> float | int:
     value = float(text)
     return int(value) if value.is_integer() else value
@@ -132,7 +139,7 @@ class _Converter:
     def globals(self, s: Stmt) -> None:
         for g in s.block or ():
             if g.keyword == "vrrp_version":
-                self.version = (int(str(_one(g))), g.where)
+                self.version = (int(str(_one(g, int))), g.where)
             elif g.keyword in GLOBAL_GARP:
                 self.garp[GLOBAL_GARP[g.keyword]] = (_one(g, _number), g.where)
             else:
@@ -250,7 +257,7 @@ class _Converter:
         name = words[0]
         over: int | None = None
         if len(words) >= 3 and words[1] == "weight":
-            over = int(words[2])
+            over = _int(words[2], t)
             if words[3:]:
                 self.drop(t, "vipd has no reverse weights", f"{name} weight {over} reverse")
         if file:
@@ -274,7 +281,7 @@ class _Converter:
             elif k in ("rise", "fall"):
                 item[k] = _one(s, int)
             elif k == "weight":
-                weight = int(s.args[0])
+                weight = _int(s.args[0] if s.args else "", s)
                 if s.args[1:]:
                     self.drop(s, "vipd has no reverse weights")
             else:
@@ -296,6 +303,8 @@ class _Converter:
             assert isinstance(base, int)
             inst.shared["priority"] = (base + weight, f"{where}, + weight {weight} of {src}")
             item["weight"] = weight
+        order = ("name", "script", "file", "interval", "timeout", "rise", "fall", "weight")
+        item = {k: item[k] for k in order if k in item}
         for old in self.doc.tree.get("track", []):
             if old["name"] == item["name"]:
                 if old != item:
@@ -308,7 +317,7 @@ class _Converter:
         if src is None:
             raise _Refuse(f"{t.where}: track_file {name}: no vrrp_track_file {name}")
         path = next((s for s in src.block or () if s.keyword == "file"), None)
-        weight = next((int(s.args[0]) for s in src.block or () if s.keyword == "weight"), 1)
+        weight = next((_int(str(_one(s)), s) for s in src.block or () if s.keyword == "weight"), 1)
         weight = weight if over is None else over
         if path is None:
             raise _Refuse(f"{src.where}: vrrp_track_file {name} has no file")
