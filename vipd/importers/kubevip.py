@@ -234,7 +234,9 @@ def _convert(text: str, name: str, dropped: list[Dropped]) -> Doc:
         value, at = used("prometheus_server")
         host, _, port = value.rpartition(":")
         listen = f"{host or '0.0.0.0'}:{port}"
-        out.set("metrics.listen", listen, f"env prometheus_server ({at}); kube-vip's port")
+        out.set(
+            "metrics.listen", listen, f"env prometheus_server ({at}): beside kube-vip vipd exits 3"
+        )
     if _true(env.get("svc_enable", "false")):
         for k in sorted(k for k in env if k.startswith(_SERVICES)):
             drop(k, _SERVICES_WHY)
