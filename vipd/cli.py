@@ -262,6 +262,12 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from vipd.importers import command
+
+    return command.run(args.source, args.file, args.instance)
+
+
 def build_parser(
     lab_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> argparse.ArgumentParser:
@@ -380,6 +386,16 @@ def build_parser(
         "--interval", type=float, default=0.25, help="seconds between checks (%(default)s)"
     )
     p_adopt.set_defaults(func=cmd_adopt)
+
+    p_import = sub.add_parser(
+        "import", help="print a vipd config converted from keepalived's or kube-vip's"
+    )
+    p_import.add_argument("source", choices=("keepalived", "kube-vip"))
+    p_import.add_argument("file", help="keepalived.conf, or kube-vip's manifest (- for stdin)")
+    p_import.add_argument(
+        "--instance", action="append", default=[], help="keepalived: import this vrrp_instance"
+    )
+    p_import.set_defaults(func=cmd_import)
 
     p_version = sub.add_parser("version", help="print the version")
     p_version.set_defaults(func=cmd_version)
