@@ -117,6 +117,8 @@ def _router_conf(nodes: list[RoutedNode]) -> str:
             f" neighbor {node.addr} remote-as {NODE_AS}",
             f" neighbor {node.addr} bfd profile fast",
             f" neighbor {node.addr} timers connect 1",
+            # the BFD session's source address known before TCP is up (single-hop BFD)
+            f" neighbor {node.addr} update-source {node.router_addr}",
         ]
     lines += [" address-family ipv4 unicast", "  maximum-paths 8", " exit-address-family", "exit"]
     return "\n".join(lines) + "\n"
@@ -147,6 +149,7 @@ def _node_conf(node: RoutedNode, vip: str) -> str:
                 f" neighbor {node.router_addr} bfd profile fast",
                 # the bed comes up in ~1 s rather than the default 10 s connect retry
                 f" neighbor {node.router_addr} timers connect 1",
+                f" neighbor {node.router_addr} update-source {node.addr}",
                 " address-family ipv4 unicast",
                 f"  redistribute table {TABLE} route-map VIP",
                 " exit-address-family",
