@@ -24,9 +24,11 @@ from ipaddress import ip_address
 import pytest
 
 from tests.prereq import missing
+from vipd.health.tracker import BackendHealth
 from vipd.lab.routed import RoutedBed, RoutedNode, frr_problem
 from vipd.lab.topology import python_env
 from vipd.routed.actuator import RouteActuator
+from vipd.routed.core import Inputs, State, advance
 from vipd.routed.plan import DelBinding, DelRoute, Phase, host_network
 
 PORT = 6443
@@ -367,3 +369,54 @@ def test_a_clean_stop_leaves_nothing_on_lo(
     assert str(VIP) not in lo_addresses(bed, n3)
     wait_for("the router forgets the VIP", lambda: bed.kernel_nexthops() == set())
     assert connect(bed).startswith("error:")
+
+
+def test_the_pool_rule_on_the_fabric(
+    bed: RoutedBed, acts: dict[str, RouteActuator], listeners: dict[str, Listener]
+) -> None:
+    """`vipd.routed.core` driving the actuators of n1 and n2 (health fed in by hand: the
+    checker is not part of this test): a node whose API server fails leaves the router while
+    its peer serves, and when the peer fails too the peer stays, so the endpoint remains."""
+    n1, n2 = bed.node("n1"), bed.node("n2")
+    addr = {"n1": ip_address(n1.addr), "n2": ip_address(n2.addr)}
+    states = {"n1": State(), "n2": State()}
+    ok = {"n1": True, "n2": True}
+
+    def health(name: str, now: float) -> BackendHealth:
+        return BackendHealth(healthy=ok[name], since=0.0, checked_at=now)
+
+    def drive() -> None:
+        now = time.monotonic()
+        for name in ("n1", "n2"):
+            other = "n2" if name == "n1" else "n1"
+            inputs = Inputs(
+                vips=(VIP,),
+                local=health(name, now),
+                peers={addr[other]: health(other, now)},
+                drain=0.5,
+            )
+            out = advance(now, states[name], inputs)
+            states[name] = out.state
+            acts[name].converge(out.desired)
+
+    drive()
+    wait_for("both announce", lambda: bed.kernel_nexthops() == {n1.addr, n2.addr})
+    ok["n1"] = False
+    drive()
+    assert states["n1"].decision is not None and states["n1"].decision.reason == "unhealthy"
+    wait_for("n1 leaves the router", lambda: bed.kernel_nexthops() == {n2.addr})
+    time.sleep(0.5)
+    drive()  # the drain is over: n1 unbinds
+    assert acts["n1"].observe().bound == frozenset()
+    ok["n2"] = False
+    drive()
+    assert states["n2"].decision is not None and states["n2"].decision.reason == "last-resort"
+    time.sleep(1.0)  # a withdraw would have left the router by now (0.13 s measured)
+    assert bed.kernel_nexthops() == {n2.addr}
+    assert {connect(bed) for _ in range(5)} == {"n2"}
+    ok["n1"] = True
+    drive()  # n1 joins; n2, still unhealthy, sees n1 serving and withdraws
+    assert states["n1"].decision is not None and states["n1"].decision.reason == "healthy"
+    assert states["n2"].decision is not None and states["n2"].decision.reason == "unhealthy"
+    wait_for("n1 takes over from n2", lambda: bed.kernel_nexthops() == {n1.addr})
+    assert {connect(bed) for _ in range(5)} == {"n1"}

@@ -15,15 +15,22 @@ What it is
     - When no peer is healthy, a node that is announcing keeps announcing ("last-resort"),
       so the endpoint never disappears by vipd's own hand because every API server is
       unhealthy at once (a restart of the whole control plane, an etcd outage).
-    - A node with no peers at all announces even before its API server is healthy
+    - A lone node (no peers at all) announces even before its API server is healthy
       ("bootstrap"): during ``kubeadm init`` the endpoint must lead to the first API server.
-      With peers but none healthy and nobody known to announce, the lowest address among this
-      node and its peers announces ("bootstrap") and the others wait ("waiting"): one path,
-      chosen by every node alike, like `vipd.ipvs.plan`'s "the first listed".
+    - Otherwise a node that is not announcing and not healthy waits ("waiting"), even when no
+      peer is healthy either: it would only add an unhealthy path. (Unlike
+      `vipd.ipvs.plan`, which sees the whole pool and adds one backend to an empty one, a
+      node here cannot see who else announces; the API server checks go to each node's own
+      API server, not through the VIP, so the first one healthy joins on its own.)
 
-    A peer counts as healthy only on a fresh observation: ``checked_at`` no older than
-    ``stale_after`` seconds at ``now`` (a checker that stopped reporting does not keep a
-    peer healthy, and so cannot make this node withdraw).
+    A peer counts as healthy only on fresh, clean news (`serving`): healthy, its last check a
+    success (``failures == 0``: a peer already failing checks, still inside its ``fall``
+    count, is not counted), less than ``stale_after`` seconds old, and, when this node is
+    unhealthy, completed after this node became unhealthy (``checked_at >= local.since``).
+    So when every API server fails at once (an etcd outage), each node sees its peers' checks
+    fail after its own failure began and keeps announcing; only a node whose peer was seen
+    serving after its own failure withdraws, and the last node to fail never does. All the
+    times are the local checker's, on one monotonic clock.
 
 What it must not do
     No I/O, no clocks (time comes in as ``now``, seconds of a monotonic clock), no routes:
@@ -38,7 +45,7 @@ from ipaddress import IPv4Address, IPv6Address
 
 from vipd.health.tracker import BackendHealth
 
-__all__ = ["DEFAULT_STALE_AFTER", "REASONS", "Decision", "decide", "fresh_healthy"]
+__all__ = ["DEFAULT_STALE_AFTER", "REASONS", "Decision", "decide", "serving"]
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -57,11 +64,17 @@ class Decision:
             raise ValueError(f"unknown reason {self.reason!r}")
 
 
-def fresh_healthy(health: BackendHealth | None, now: float, stale_after: float) -> bool:
-    """Healthy, and checked no more than ``stale_after`` seconds ago."""
-    if health is None or not health.healthy or health.checked_at is None:
+def serving(
+    health: BackendHealth | None, now: float, stale_after: float, after: float | None = None
+) -> bool:
+    """Healthy, last check a success, checked less than ``stale_after`` seconds ago (at
+    ``checked_at + stale_after`` the news has expired: `vipd.routed.core` wakes then) and not
+    before ``after``."""
+    if health is None or not health.healthy or health.failures or health.checked_at is None:
         return False
-    return now - health.checked_at <= stale_after
+    if after is not None and health.checked_at < after:
+        return False
+    return now - health.checked_at < stale_after
 
 
 def decide(
@@ -70,32 +83,24 @@ def decide(
     local: BackendHealth | None,
     peers: Mapping[IPAddress, BackendHealth | None],
     *,
-    self_addr: IPAddress | None = None,
     stale_after: float = DEFAULT_STALE_AFTER,
 ) -> Decision:
     """Announce or not, with the rule that decided (module docstring, in that order).
 
     ``local``: this node's API server (None: not checked yet); ``peers``: the other
-    control-plane nodes' API servers, by address (None: not checked yet); ``self_addr``: this
-    node's address, for the lowest-address bootstrap pick (None: this node never picks
-    itself while it has peers).
+    control-plane nodes' API servers, by address (None: not checked yet).
     """
-    if stale_after < 0:
-        raise ValueError(f"stale_after must be >= 0 (got {stale_after})")
+    if stale_after <= 0:
+        raise ValueError(f"stale_after must be > 0 seconds (got {stale_after})")
     # The local checker's result is taken as it is: staleness only guards against trusting a
     # peer's old good news, and the local checker's "healthy" already needs rise successes.
     if local is not None and local.healthy:
         return Decision(True, "healthy")
-    if any(fresh_healthy(h, now, stale_after) for h in peers.values()):
+    after = None if local is None else local.since
+    if any(serving(h, now, stale_after, after) for h in peers.values()):
         return Decision(False, "unhealthy" if announcing else "waiting")
     if announcing:
         return Decision(True, "last-resort")
     if not peers:
         return Decision(True, "bootstrap")
-    if self_addr is not None and all(_order(self_addr) < _order(p) for p in peers):
-        return Decision(True, "bootstrap")
     return Decision(False, "waiting")
-
-
-def _order(addr: IPAddress) -> tuple[int, int]:
-    return (addr.version, int(addr))
