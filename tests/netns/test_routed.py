@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import socket
 import subprocess
 import sys
@@ -32,6 +33,10 @@ from vipd.routed.core import Inputs, State, advance
 from vipd.routed.plan import DelBinding, DelRoute, Phase, host_network
 
 PORT = 6443
+FLAPPED = (
+    "a BFD or BGP session of the fabric went down during the test (a node's daemons starved "
+    "on a loaded machine?): what the router forwarded then says nothing about vipd; re-run"
+)
 VIP = ip_address("10.79.0.100")
 
 
@@ -120,6 +125,15 @@ class ClientLoop:
         return [(float(t), str(r)) for t, r in json.loads(out)]
 
 
+def black_holed(results: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """Connections that got no answer: a timeout, or an ICMP error (unreachable, or a TTL
+    that ran out in a loop between router and node). A reset is not one of them: it is the
+    answer of a node that never saw the connection, which ECMP gives a connection whose
+    handshake straddles the moment its path leaves (the router rehashes it onto another
+    node), whatever the order on the node."""
+    return [r for r in results if r[1].startswith("error:") and "ConnectionResetError" not in r[1]]
+
+
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 10.0) -> float:
     """Poll ``check`` until true; the time it took (fails the test after ``timeout``)."""
     start = time.monotonic()
@@ -148,12 +162,14 @@ def acts(bed: RoutedBed) -> Iterator[dict[str, RouteActuator]]:
     for act in made.values():
         act.converge({})
     wait_for("the router forgets the VIP", lambda: not bed.kernel_nexthops())
+    flaps = bed.flaps()
     try:
         yield made
     finally:
         for act in made.values():
             act.converge({})
             act.close()
+    assert bed.flaps() == flaps, FLAPPED
 
 
 @pytest.fixture
@@ -245,11 +261,13 @@ def test_the_stop_order_black_holes_no_connection(
     bed: RoutedBed, acts: dict[str, RouteActuator], listeners: dict[str, Listener]
 ) -> None:
     """withdraw_all on n1 while a client connects without pause: the route leaves the router
-    before n1's binding goes, and every connection is answered (by n1 or n2)."""
+    before n1's binding goes, and no connection is black-holed (each is answered by n1 or
+    n2, except at most one reset: the connection whose handshake the path change split)."""
     n1, n2 = bed.node("n1"), bed.node("n2")
     for name in ("n1", "n2"):
         acts[name].converge({VIP: Phase.ANNOUNCED})
     wait_for("two paths", lambda: bed.kernel_nexthops() == {n1.addr, n2.addr})
+    flaps = bed.flaps()
 
     left: list[float] = []
 
@@ -267,17 +285,21 @@ def test_the_stop_order_black_holes_no_connection(
     watcher.join()
     results = client.results()
     failed = [r for r in results if r[1] not in ("n1", "n2")]
+    lost = black_holed(results)
+    assert bed.flaps() == flaps, FLAPPED
     assert left and left[0] < unbound
     # n1 answered while the withdraw travelled: the window the order protects was exercised.
     n1_draining = [r for r in results if withdrawing <= r[0] <= left[0] and r[1] == "n1"]
     print(
-        f"\nstop: {len(results)} connections, {len(failed)} failed, {len(n1_draining)} answered "
+        f"\nstop: {len(results)} connections, {len(lost)} black-holed, {len(failed)} failed "
+        f"({sorted({r[1] for r in failed})}), {len(n1_draining)} answered "
         f"by n1 after its withdraw began; the route left the router "
         f"{left[0] - withdrawing:.3f} s after the withdraw and {unbound - left[0]:.3f} s "
         "before the binding went"
     )
     assert n1_draining
-    assert failed == []
+    assert lost == []
+    assert len(failed) <= 1  # the client is serial: one connection at most straddles the change
     assert str(VIP) not in local_routes(bed, n1)
     assert acts["n1"].observe().bound == frozenset()
 
@@ -299,9 +321,9 @@ def test_the_wrong_order_would_black_hole_connections(
     acts["n1"].apply([DelRoute(dst)])
     wait_for("n1 leaves the router", lambda: bed.kernel_nexthops() == {n2.addr})
     results = client.results()
-    failed = [r for r in results if r[1] not in ("n1", "n2")]
-    print(f"\nwrong order: {len(results)} connections, {len(failed)} failed")
-    assert failed
+    lost = black_holed(results)
+    print(f"\nwrong order: {len(results)} connections, {len(lost)} black-holed: {lost}")
+    assert lost
 
 
 def test_a_fresh_start_cleans_what_a_killed_process_left(
@@ -420,3 +442,43 @@ def test_the_pool_rule_on_the_fabric(
     assert states["n2"].decision is not None and states["n2"].decision.reason == "unhealthy"
     wait_for("n1 takes over from n2", lambda: bed.kernel_nexthops() == {n1.addr})
     assert {connect(bed) for _ in range(5)} == {"n1"}
+
+
+def test_the_actuator_handles_ipv6_and_touches_only_its_own_routes(netns_ok: None) -> None:
+    """No FRR needed: the kernel's tables after converge, in a namespace of its own."""
+    ns = "vr" + secrets.token_hex(2) + "-a"
+    v6 = ip_address("fd00:79::100")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        other = [
+            "ip",
+            "-n",
+            ns,
+            "-6",
+            "route",
+            "add",
+            "fd00:79::7/128",
+            "dev",
+            "lo",
+            "table",
+            "198",
+        ]
+        subprocess.run([*other, "proto", "77"], check=True)
+        with RouteActuator(netns=ns) as act:
+            assert len(act.converge({VIP: Phase.ANNOUNCED, v6: Phase.ANNOUNCED})) == 4
+            assert act.converge({VIP: Phase.ANNOUNCED, v6: Phase.ANNOUNCED}) == []
+
+            def show(*args: str) -> str:
+                argv = ["ip", "-n", ns, *args, "route", "show", "table", "all"]
+                return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+            v6_routes = show("-6")
+            assert "fd00:79::100 dev lo table 198 proto 248" in v6_routes
+            assert "local fd00:79::100 dev lo table local proto 248" in v6_routes
+            act.withdraw_all([VIP, v6], drain=0.0)
+            assert act.observe().announced == frozenset() == act.observe().bound
+            assert "fd00:79::100" not in show("-6") and str(VIP) not in show("-4")
+            assert "fd00:79::7 dev lo table 198 proto 77" in show("-6")
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

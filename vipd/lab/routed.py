@@ -21,6 +21,9 @@ Each FRR instance runs in the foreground (tracked, killed at teardown) with its 
 socket directory, zserv path, pid file and one config file per daemon, without ``-N``;
 ``vtysh --vty_socket DIR`` reaches it. Nothing is read from or written to /etc/frr.
 
+``python -m vipd.lab.routed up`` builds one by hand and keeps it until Ctrl-C; ``… clean
+PREFIX`` removes what a killed run left.
+
 What it must not do: touch anything outside its own namespaces and its temporary directory,
 start Debian's frr service, or know what vipd decides: it is plumbing and observation (the
 router's routes, as vtysh prints them).
@@ -28,12 +31,14 @@ router's routes, as vtysh prints them).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -42,6 +47,7 @@ from types import TracebackType
 from typing import Any
 
 from vipd.lab.topology import IP, LabError, _run, check_prefix, delete_namespaces, netns_list
+from vipd.routed.plan import DEFAULT_PROTOCOL
 
 __all__ = [
     "CLIENT",
@@ -391,6 +397,18 @@ class RoutedBed:
                     hops.add(str(hop["ip"]))
         return hops
 
+    def flaps(self) -> int:
+        """BFD sessions gone down plus BGP sessions dropped, on the router, since the start.
+
+        A test that judges what the router forwards compares this before and after: on a
+        loaded machine a node's bfdd can miss its 300 ms, the session drops and the node's
+        path goes with it, which is load and not what the test is about."""
+        bfd = json.loads(self.vtysh(self.router, "-c", "show bfd peers counters json") or "[]")
+        peers = self.show(self.router, "show bgp ipv4 unicast summary json").get("peers", {})
+        return sum(int(p.get("session-down", 0)) for p in bfd) + sum(
+            int(p.get("connectionsDropped", 0)) for p in peers.values()
+        )
+
     def kernel_nexthops(self, prefix: str | None = None) -> set[str]:
         """The next hops of ``prefix`` in the router's kernel FIB (what packets follow)."""
         prefix = prefix or f"{self.vip}/32"
@@ -413,3 +431,43 @@ class RoutedBed:
                 proc.wait(timeout=5)
         self.procs.clear()
         cleanup(self.prefix)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m vipd.lab.routed up [--nodes N]``: build a bed, print how to reach it, keep
+    it until Ctrl-C (or SIGTERM), then tear it down. ``… clean PREFIX``: remove a bed that a
+    killed run left behind."""
+    parser = argparse.ArgumentParser(prog="python -m vipd.lab.routed", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="build a bed and keep it until interrupted")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--prefix", default=None)
+    clean = sub.add_parser("clean", help="remove a bed's leftovers by prefix")
+    clean.add_argument("prefix")
+    args = parser.parse_args(argv)
+    if args.command == "clean":
+        print("\n".join(cleanup(args.prefix)) or "nothing to remove")
+        return 0
+    problem = frr_problem()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # SystemExit runs the teardown
+    with RoutedBed(nodes=args.nodes, prefix=args.prefix) as bed:
+        print(f"bed {bed.prefix}: router {bed.router}, client {bed.client}, VIP {bed.vip}")
+        for node in bed.nodes:
+            print(f"  {node.name}: {node.ns} {node.addr} (router end {node.router_addr})")
+        print(f"  vtysh: ip netns exec {bed.router} vtysh --vty_socket {bed.workdir / bed.router}")
+        print(
+            f"  announce from n1: ip -n {bed.nodes[0].ns} route add local {bed.vip}/32 dev lo "
+            f"table local proto {DEFAULT_PROTOCOL}; ip -n {bed.nodes[0].ns} route add "
+            f"{bed.vip}/32 dev lo table {TABLE} proto {DEFAULT_PROTOCOL}"
+        )
+        print("Ctrl-C tears it down.", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
