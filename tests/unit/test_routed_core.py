@@ -61,7 +61,7 @@ def test_a_peer_going_quiet_is_a_wake_and_the_withdrawn_node_still_waits() -> No
     assert s.wake is None
 
 
-def test_a_draining_node_whose_last_peer_fails_announces_again() -> None:
+def test_a_draining_node_is_not_the_last_resort() -> None:
     peers: Peers = {PEER: health(True, 0.0)}
     s = advance(0.0, State(), inputs(health(True, 0.0), peers))
     s = advance(1.0, s.state, inputs(health(False, 1.0), peers))

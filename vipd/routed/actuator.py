@@ -16,6 +16,9 @@ What it is
 
     Synchronous on purpose: pyroute2's IPRoute runs an asyncio loop of its own, so the agent
     calls it in a worker thread (as it does vipd.host.vmaclink), never on its event loop.
+    ``observe`` dumps every route of both families and keeps vipd's: cheap on a node that
+    learns a default route from its routers, not on one that holds a full Internet table
+    (a kernel-side filter, NETLINK_GET_STRICT_CHK with RTA_TABLE, would be the fix then).
 
 What it must not do
     Decide whether to announce (`vipd.routed.ecmp` does), wait on its own except in
