@@ -24,7 +24,7 @@ from vipd.lab.analysis import Outage, measure
 from vipd.lab.kubebed.bed import KubeBed, Timing, usable
 from vipd.lab.kubebed.verdict import GRACEFUL_OVERLAP, Verdict, excerpt, judge
 from vipd.lab.timeline import Exclusions
-from vipd.lease.logic import REQUEST_FRACTION
+from vipd.lease.model import REQUEST_FRACTION
 
 # Where Window.check appends each scenario's verdict (bench/lease_faults.py sets it).
 FAULT_TABLE_ENV = "VIPD_FAULT_TABLE"

@@ -51,12 +51,12 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from vipd.lease.logic import (
+from vipd.lease.logic import Elector
+from vipd.lease.model import (
     Action,
     BecomeFollower,
     BecomeLeader,
     Conflict,
-    Elector,
     Hold,
     NotFound,
     Ok,

@@ -24,7 +24,8 @@ from vipd.config import ConfigError, Lease
 from vipd.kube import ADMIN_CONF, Access, Credentials, candidates
 from vipd.lab.fakes.lease_emulator import Emulator
 from vipd.lease import logic
-from vipd.lease.driver import LeaseApi, microtime
+from vipd.lease.api import LeaseApi
+from vipd.lease.codec import microtime
 from vipd.log import get as get_log
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
@@ -287,7 +288,7 @@ def test_microtime_always_has_six_digits() -> None:
 
 def test_start_check_refuses_an_unloadable_kubeconfig(tmp_path: Path) -> None:
     from vipd.config import parse
-    from vipd.lease.driver import check
+    from vipd.lease.api import check
 
     bad = tmp_path / "admin.conf"
     bad.write_text("apiVersion: v1\nkind: Config\nclusters: 5\n")

@@ -13,8 +13,10 @@ from ipaddress import IPv4Address, IPv4Interface
 from vipd import config
 from vipd.health.checker import failed_checks
 from vipd.health.tracker import Outcome
-from vipd.lease.driver import LeaseElection, peer_state, self_addresses
-from vipd.lease.logic import PeerState
+from vipd.lease.driver import LeaseElection
+from vipd.lease.evidence import peer_state
+from vipd.lease.feed import self_addresses
+from vipd.lease.model import PeerState
 from vipd.preflight import HostAddress, HostLink, Preflight
 
 # What kube-apiserver's /readyz answers (status 500) with its store gone: the handler lists

@@ -14,11 +14,11 @@ from collections.abc import Callable
 import pytest
 
 from tests.unit.lease_sim import Sim
-from vipd.lease.logic import (
+from vipd.lease.logic import Elector
+from vipd.lease.model import (
     REQUEST_FRACTION,
     BecomeFollower,
     Conflict,
-    Elector,
     NotFound,
     Ok,
     Params,

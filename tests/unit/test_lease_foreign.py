@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.lease_sim import Sim
-from vipd.lease.logic import (
+from vipd.lease.logic import Elector
+from vipd.lease.model import (
     BecomeFollower,
     BecomeLeader,
     Conflict,
-    Elector,
     NotFound,
     Ok,
     Params,

@@ -14,10 +14,10 @@ import pytest
 
 from tests.unit.lease_sim import Sim
 from vipd.config import ConfigError
-from vipd.lease.logic import (
+from vipd.lease.logic import Elector
+from vipd.lease.model import (
     BecomeFollower,
     BecomeLeader,
-    Elector,
     NotFound,
     Ok,
     Params,

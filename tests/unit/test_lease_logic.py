@@ -12,12 +12,12 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from tests.unit.lease_sim import Sim
-from vipd.lease.logic import (
+from vipd.lease.logic import Elector
+from vipd.lease.model import (
     REASON_LABELS,
     BecomeFollower,
     BecomeLeader,
     Conflict,
-    Elector,
     Hold,
     NotFound,
     Ok,

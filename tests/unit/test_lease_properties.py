@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.lease_sim import Sim
-from vipd.lease.logic import Params
+from vipd.lease.model import Params
 
 NAMES = ["n1", "n2", "n3"]
 D, RD, RP = 5.0, 3.0, 1.0

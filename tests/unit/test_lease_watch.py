@@ -19,7 +19,7 @@ from tests.unit.hostfakes import FakeLeaseApi, LeaseStore
 from tests.unit.test_lease_driver import Node, transitions, until
 from vipd.lease import logic
 from vipd.lease import watch as lease_watch
-from vipd.lease.driver import to_record
+from vipd.lease.codec import to_record
 
 # A renewal period long enough that only the watch can explain a quick step-down.
 SLOW: dict[str, float] = {"duration": 20, "renew_deadline": 15, "retry_period": 5}

@@ -4,7 +4,7 @@ What it is
     `watch_lease` runs a Kubernetes watch (``GET …/leases?watch=true`` with a field selector
     on the Lease's name, through the ``kubernetes`` client's ``watch.Watch``) on the calling
     thread until ``stop`` is set, and hands every event to ``deliver``: the Lease as a
-    `vipd.lease.logic.Record`, or ``None`` when it was deleted. The driver
+    `vipd.lease.model.Record`, or ``None`` when it was deleted. The driver
     (``vipd.lease.driver``) runs it on a thread of its own and passes each event to
     `vipd.lease.logic.Elector.watched`, so a leader learns of a write it did not make
     (``kubectl patch``, ``edit``, ``delete``) within the watch's delay instead of at its
@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from vipd.lease import logic
+from vipd.lease import model
 
 # The server ends each watch after this long (it is resumed from the last version seen);
 # a read that waits longer than this plus a margin means the connection is dead.
@@ -41,12 +41,12 @@ READ_MARGIN = 5.0
 FORBIDDEN_WAIT = 60.0
 MAX_BACKOFF = 30.0
 
-Deliver = Callable[[logic.Record | None], None]
+Deliver = Callable[[model.Record | None], None]
 
 
 def event_record(
-    event: dict[str, Any], to_record: Callable[[Any], logic.Record]
-) -> tuple[str, logic.Record | None]:
+    event: dict[str, Any], to_record: Callable[[Any], model.Record]
+) -> tuple[str, model.Record | None]:
     """A watch event as (type, record): ``None`` for a deleted Lease."""
     kind = str(event.get("type", ""))
     obj = event.get("object")
@@ -63,7 +63,7 @@ def watch_lease(
     stop: threading.Event,
     retry: float,
     log: logging.Logger,
-    to_record: Callable[[Any], logic.Record],
+    to_record: Callable[[Any], model.Record],
 ) -> None:
     """Watch until ``stop`` is set (see the module docstring). ``api``: the current
     ``CoordinationV1Api`` (asked again at every (re)start: the credentials may change)."""
