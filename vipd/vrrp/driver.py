@@ -26,10 +26,7 @@ events on a move").
 A Master's steady adverts (one advert, nothing else due) leave from the advert pacer's
 thread (``vrrp.pacer``), which runs the machine's ``advert_tick`` under ``MACHINE_LOCK``, the
 lock every loop callback of the driver holds too; anything else it hands back to the loop's
-``_on_timer``. The loop wakes only for what arrives and for its heartbeat. So does a Backup's
-down timer while the eBPF filter counts its master's adverts (``vrrp.kernel_follow``): the
-pacer looks at the last copy's arrival, and only a master silent for Master_Down_Interval
-wakes the loop, whose ``_on_timer`` takes the copies and decides as it always does.
+``_on_timer``. The loop wakes only for what arrives and for its heartbeat.
 
 Resigning (SIGTERM, crash): a priority-0 advert (RFC 9568 §6.4.3), then the VIP stays bound
 (quiet) until the successor's first advert is heard and its claim seen (its announcement, or
@@ -170,21 +167,10 @@ class Wire(Protocol):
     @property
     def can_follow(self) -> bool: ...
 
-    @property
-    def counts_in_kernel(self) -> bool: ...
-
-    @property
-    def follow_kind(self) -> str: ...
-
-    @property
-    def kernel_error(self) -> str | None: ...
-
     def send(self, message: bytes, dst: IPAddress) -> None: ...
     def receive(self) -> Any: ...
     def follow(self, dgram: Datagram | None) -> None: ...
-    def prepare_follow(self) -> None: ...
-    def receive_quiet(self) -> list[tuple[float, Datagram, int]]: ...
-    def counted_age(self) -> float | None: ...
+    def receive_quiet(self) -> list[tuple[float, Datagram]]: ...
     def wait_readable(self, timeout: float) -> bool: ...
     def fileno(self) -> int: ...
     def close(self) -> None: ...
@@ -236,8 +222,7 @@ class VrrpElection:
     ``vips``: the VIPs of this virtual router, all of one family (default: every VIP of
     ``cfg``, which must then be of one family). ``clock``, ``open_wire``, ``call_later`` and
     ``claimwatch`` are the seams the unit tests use (a fake clock and timers, an in-memory
-    wire, no raw ARP socket). ``pace``: the Active's steady adverts, and a Backup's down timer
-    while the kernel counts its master's adverts, from a thread of their own
+    wire, no raw ARP socket). ``pace``: the Active's steady adverts from a thread of their own
     (``vrrp.pacer``); by default when the loop's own timers are used (not ``call_later``).
     """
 
@@ -403,7 +388,7 @@ class VrrpElection:
         for vip in self._vips:
             metrics.DUPLICATE_CLAIM.labels(vip=str(vip)).set_function(self._duplicate_claim)
             metrics.VRRP_MASTER_ADVERT_AGE.set_function(self._master_advert_age, vip=str(vip))
-        # The counters of the copies the eBPF filter counted are brought up to date first.
+        # The counters of the copies queued on the quiet socket are brought up to date first.
         metrics.REGISTRY.before_expose(self._scrape_name, self._scraped)
 
     async def prepare(self) -> VipLink:
@@ -493,9 +478,6 @@ class VrrpElection:
                 mode="unicast" if self.unicast_peers else "multicast",
             )
             ready()
-            # Before the real-time request and before the loop reads a datagram: the eBPF
-            # loader's fork and the verifier (~10 ms) on no election's path.
-            self._prepare_follow()
             # Everything allocated so far lives as long as the process: move it out of the
             # collector's sight, so a collection never walks pyroute2's import-time objects
             # in the middle of a takeover.
@@ -631,7 +613,6 @@ class VrrpElection:
         if started:
             with self._lock:
                 self._open_sockets(loop)
-                self._prepare_follow()
                 if not self.claimwatches:
                     self._start_claimwatch(loop)
         vlog.event(
@@ -657,13 +638,6 @@ class VrrpElection:
             assert self.vmac.index is not None
             self.sender = self._open_wire(self.vmac.name, self.vmac.index, self.source, (), False)
         loop.add_reader(self.transport.fileno(), self._guarded, self._on_readable)
-
-    def _prepare_follow(self) -> None:
-        """The kernel-side follower loaded now, not at the first following (the transport
-        decides whether it can follow; see vrrp.transport). Not on the send-only socket:
-        nothing is received there."""
-        if self.transport is not None:
-            self.transport.prepare_follow()
 
     def _close_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
         transport, sender = self.transport, self.sender
@@ -948,33 +922,18 @@ class VrrpElection:
         if self.pacer is not None:
             self.pacer.halt()
 
-    def _follows_in_kernel(self) -> bool:
-        """A Backup following its master with the eBPF filter: its down timer is the pacer's
-        (the map is read without the loop)."""
-        t = self.transport
-        return (
-            self.machine.state is state.State.BACKUP
-            and self._followed is not None
-            and t is not None
-            and t.counts_in_kernel
-        )
-
     def _rearm(self) -> None:
         deadline = self.machine.deadline
         if (
             deadline is not None
             and self._pacing_on
             and self.pacer is not None
-            and (self.machine.advert_only or self._follows_in_kernel())
+            and self.machine.advert_only
         ):
-            # The Active's adverts, or a Backup's down timer while the kernel counts its
-            # master's adverts: from the pacer's thread, the loop sleeps (vrrp.pacer). The
-            # down timer wakes TIMER_SLACK early, as the loop's does (_timer_due).
+            # The Active's adverts: from the pacer's thread, the loop sleeps (vrrp.pacer).
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            if self.machine.state is state.State.BACKUP:
-                deadline -= TIMER_SLACK
             self.pacer.pace(deadline)
             return
         self._cancel_timer()
@@ -1075,11 +1034,6 @@ class VrrpElection:
                 if self._timer is None:  # only garbage arrived: nothing re-armed us
                     self._rearm()
                 return
-            if self._catch_up():
-                # The eBPF filter's copies wake no wait: one that came during it is read here.
-                deadline, now = self.machine.deadline, self.clock()
-                if deadline is None or deadline > now:
-                    return
             now = self.clock()
         self._apply(self.machine.on_timer(now), now)
 
@@ -1094,8 +1048,6 @@ class VrrpElection:
         try:
             m = self.machine
             deadline = m.deadline
-            if self._pacing_on and m.state is state.State.BACKUP:
-                return self._down_tick()
             if not self._pacing_on or deadline is None or m.state is not state.State.ACTIVE:
                 return None
             now = self.clock()
@@ -1112,31 +1064,6 @@ class VrrpElection:
         except Exception as exc:
             self._to_loop(functools.partial(_reraise, exc))
             return None
-
-    def _down_tick(self) -> float | None:
-        """The pacer's tick for a Backup whose master's adverts the kernel counts: the down
-        timer runs from the last copy's arrival, which the map shows without taking the
-        copies (the loop hands them to the machine when it next looks: a datagram, /status,
-        a scrape, a change, the timer). When none came in time the moment goes to the loop,
-        which takes them and then takes over or not, exactly as without the pacer."""
-        m, followed, t = self.machine, self._followed_as, self.transport
-        deadline = m.deadline
-        if deadline is None or followed is None or t is None or not self._follows_in_kernel():
-            self._to_loop(self._rearm)  # the loop's timer, if any, is armed there
-            return None
-        now = self.clock()
-        age = t.counted_age()
-        if age is not None and now - age > self._last_rx_at:
-            # What _catch_up will make of a copy that came after the last advert handled:
-            # it only restarts the down timer (followed only while Machine.follows_quietly
-            # holds, see _apply). Not an older one: the machine has seen what came after it
-            # (a priority 0 whose Skew_Time is the deadline now, say).
-            deadline = max(deadline, now - age + m.mdi)
-        if deadline - TIMER_SLACK - now > DUE_SLACK:
-            return deadline - TIMER_SLACK
-        self._timer_at = now
-        self._to_loop(self._on_timer)
-        return None
 
     def _to_loop(self, fn: Callable[[], None]) -> None:
         """``fn`` on the loop's thread, soon, through ``_guarded``."""
@@ -1220,16 +1147,7 @@ class VrrpElection:
             self._followed_as = (advert, form)
             if first:
                 self._follow_logged = True
-                kind = t.follow_kind
-                vlog.event(
-                    self.log,
-                    logging.INFO,
-                    "following the master quietly",
-                    filter=kind,
-                    **({"why_not_ebpf": t.kernel_error} if t.kernel_error else {}),
-                )
-            if t.counts_in_kernel:
-                self._rearm()  # the down timer goes to the pacer
+                vlog.event(self.log, logging.INFO, "following the master quietly", filter="classic")
         except OSError as exc:
             # Not fatal: every advert then wakes us, as without following.
             self._quiet = False
@@ -1254,8 +1172,8 @@ class VrrpElection:
             vlog.event(self.log, logging.ERROR, "could not stop quiet following", error=exc)
 
     def _catch_up(self) -> int:
-        """Handle the followed master's adverts counted on the quiet socket or in the eBPF
-        filter's map, oldest first, each at its kernel receive time; how many there were.
+        """Handle the followed master's adverts queued on the quiet socket, oldest first, each
+        at its kernel receive time; how many there were.
 
         Copies of the followed datagram were checked when it was followed, so they go to the
         machine without being decoded again, and since a Backup's machine answers an advert
@@ -1267,36 +1185,33 @@ class VrrpElection:
             return 0
         now = self.clock()
         run: list[float] = []
-        count = handled = 0
-        for age, dgram, n in t.receive_quiet():
+        handled = 0
+        for age, dgram in t.receive_quiet():
             at = now - age
             if at <= self._last_rx_at:
                 # Taken by both sockets while the filters changed: handled from the polled one.
                 continue
-            handled += n
+            handled += 1
             if dgram is self._followed or dgram == self._followed:
                 run.append(at)
-                count += n
                 continue
-            self._copies(run, count)
-            run, count = [], 0
+            self._copies(run)
+            run = []
             self._on_datagram(dgram, at)
-        self._copies(run, count)
+        self._copies(run)
         return handled
 
     @_locked
     def _catch_up_locked(self) -> None:
         self._catch_up()
 
-    def _copies(self, arrivals: list[float], count: int) -> None:
-        """``count`` copies of the followed datagram, received at ``arrivals`` (oldest first;
-        the eBPF filter keeps only the last arrival of its count)."""
+    def _copies(self, arrivals: list[float]) -> None:
+        """Copies of the followed datagram, received at ``arrivals`` (oldest first)."""
         if not arrivals or self._followed is None or self._followed_as is None:
             return
         (advert, form), src, m = self._followed_as, self._followed.src, self.machine
-        actions = m.on_advert_copies(
-            arrivals, src, advert.priority, advert.interval_cs, count=count
-        )
+        actions = m.on_advert_copies(arrivals, src, advert.priority, advert.interval_cs)
+        count = len(arrivals)
         last = arrivals[-1]
         self._last_rx_at = last
         self.stats.adverts_received += count
@@ -1626,7 +1541,7 @@ class VrrpElection:
 
     def _scraped(self) -> None:
         """Before a scrape (the HTTP thread): the master's adverts queued on the quiet socket
-        or counted in the eBPF filter's map go to the machine and the counters first."""
+        go to the machine and the counters first."""
         if self._followed is not None and self._loop is not None:
             if threading.get_ident() == self._loop_thread:
                 self._catch_up_locked()
