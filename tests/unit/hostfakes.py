@@ -15,6 +15,7 @@ no timing of its own beyond the fake clock).
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Callable
@@ -91,6 +92,26 @@ class FakeTimers:
         self.clock.now = now
         timer.fn()
         return timer.due
+
+
+async def run_out(
+    task: asyncio.Task[int],
+    timers: FakeTimers,
+    stopping: Callable[[], bool],
+    timeout: float = 5.0,
+) -> int:
+    """The agent's run to its end, within ``timeout`` of real time. A resigning leader's
+    wait for its successor runs on the fake clock: while ``stopping`` holds, its timers fire
+    as they come due, each once the loop has read what was injected before."""
+
+    async def handed_over() -> int:
+        while not task.done():
+            await asyncio.sleep(0.001)
+            if stopping() and timers.next_due() is not None:
+                timers.fire_next()
+        return task.result()
+
+    return await asyncio.wait_for(handed_over(), timeout)
 
 
 class _Wakeable:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert
+from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert, run_out
 from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
 from vipd.endpoint.server import Endpoint
@@ -106,7 +106,7 @@ class Node:
 
     async def stopped(self) -> int:
         assert self.task is not None
-        return await asyncio.wait_for(self.task, 5)
+        return await run_out(self.task, self.timers, lambda: self.election.handover is not None)
 
 
 async def until(cond: Callable[[], bool], timeout: float = 3.0) -> None:

@@ -150,7 +150,8 @@ PRE = Preflight(
 
 class RealNode:
     """A node whose driver runs on the loop's own timers and the real clock, with the
-    pacer (0.1 s adverts: no real-time scheduling is asked for)."""
+    pacer asked for (by default only below 0.1 s; at 0.1 s no real-time scheduling is asked
+    for)."""
 
     def __init__(self, priority: int = 200) -> None:
         self.host = Host(VIP)
@@ -160,7 +161,7 @@ class RealNode:
         self.senders: list[tuple[str, int]] = []  # (event, thread) per advert sent
         self.election = VrrpElection(
             node_config(priority, 0.1), PRE, clock=self.clock, open_wire=self._open_wire,
-            claimwatch=False,
+            claimwatch=False, pace=True,
         )  # fmt: skip
         self.agent = Agent(
             node_config(priority, 0.1),
@@ -274,7 +275,7 @@ def test_the_driver_tick_sends_a_due_advert_and_returns_the_next_due_time() -> N
         assert n.tick() == due + 0.0001 + 1.0  # restarted from now, as advert_tick does
         assert n.events.since(mark) == ["advert:200"]
         n.stop.set()
-        assert n.task is not None and await asyncio.wait_for(n.task, 5) == EXIT_OK
+        assert await n.stopped() == EXIT_OK
 
     fake(scenario)
 
@@ -297,7 +298,7 @@ def test_the_driver_tick_woken_late_hands_the_moment_to_the_loop_which_announces
         assert got.index("garp") < got.index("advert:200"), got
         assert n.election.machine.state is state.State.ACTIVE
         n.stop.set()
-        assert n.task is not None and await asyncio.wait_for(n.task, 5) == EXIT_OK
+        assert await n.stopped() == EXIT_OK
 
     fake(scenario)
 
@@ -314,7 +315,7 @@ def test_the_driver_tick_of_a_backup_does_nothing() -> None:
         await asyncio.sleep(0.01)
         assert n.events.since(mark) == []
         n.stop.set()
-        assert n.task is not None and await asyncio.wait_for(n.task, 5) == EXIT_OK
+        assert await n.stopped() == EXIT_OK
 
     fake(scenario)
 
@@ -330,6 +331,6 @@ def test_a_bug_in_the_driver_tick_ends_the_run_as_a_crash() -> None:
         n.wire.send = broken  # type: ignore[method-assign]
         n.clock.now = (n.election.machine.deadline or 0.0) + 0.0001
         assert n.tick() is None
-        assert n.task is not None and await asyncio.wait_for(n.task, 5) == EXIT_CRASH
+        assert await n.stopped() == EXIT_CRASH
 
     fake(scenario)
