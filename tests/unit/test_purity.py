@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2] / "vipd"
 PURE = [
     "vrrp/packet.py",
     "vrrp/state.py",
+    "vrrp/claims.py",
     "config.py",
     "host/neighbor.py",
     "host/netlink.py",

@@ -41,18 +41,18 @@ from ipaddress import IPv6Address
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from vipd import log as vlog
-from vipd import metrics, track
+from vipd import track
 from vipd.config import Config
 from vipd.controller import Controller
 from vipd.election import Host, Publish, VipLink
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
 from vipd.health.tracker import Outcome as HealthOutcome
-from vipd.host import sched
 from vipd.host.vmaclink import VmacLink
 from vipd.preflight import Preflight
 from vipd.vrrp import claims, packet, state
-from vipd.vrrp.driver import observe
+from vipd.vrrp.driver import links, observe
+from vipd.vrrp.driver.adverts import AdvertIO
 from vipd.vrrp.driver.defence import ClaimDefence
 from vipd.vrrp.driver.following import Follower
 from vipd.vrrp.driver.handover import Handover
@@ -66,7 +66,6 @@ from vipd.vrrp.driver.wire import (
     Wire,
     open_transport,
 )
-from vipd.vrrp.transport import Datagram
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -145,14 +144,17 @@ class VrrpElection:
             # The password compare's module (vipd.vrrp.packet imports it where it compares),
             # loaded at start rather than on the first advert received.
             importlib.import_module("hmac")
-        self._adverts = AdvertCache(
-            version=v.version,
-            vrid=v.vrid,
-            interval_cs=v.advert_interval_cs,
-            addresses=self._vips,
-            auth_type=auth_type,
-            auth_data=auth_data,
-            message_only=v.checksum == "message-only",
+        self.adverts = AdvertIO(
+            self,
+            AdvertCache(
+                version=v.version,
+                vrid=v.vrid,
+                interval_cs=v.advert_interval_cs,
+                addresses=self._vips,
+                auth_type=auth_type,
+                auth_data=auth_data,
+                message_only=v.checksum == "message-only",
+            ),
         )
         self.machine = state.Machine(
             state.Params(
@@ -193,9 +195,6 @@ class VrrpElection:
             state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval
         )
         self.observe = observe.Observer(self)
-        self._send_error: str | None = None  # the last advert send failure, until one succeeds
-        self._log_send_error = vlog.Sparse(self.log, "advert send failed")
-        self._log_dropped = vlog.Sparse(self.log, "advert dropped", every=10000)
 
     # -- names the unit tests reach for --------------------------------------------------
 
@@ -239,25 +238,7 @@ class VrrpElection:
 
     async def prepare(self) -> VipLink:
         """The VIP's link: the interface, or with ``vmac`` the macvlan made for it here."""
-        if not self.vrrp.vmac or self.family != 4:
-            return VipLink(self.ifname, self.ifindex, self.pre.link.mac)
-        return await self._make_vmac()
-
-    async def _make_vmac(self) -> VipLink:
-        self.vmac = VmacLink(self.ifname, self.ifindex, self.vrrp.vrid)
-        # In a thread: pyroute2's IPRoute runs an asyncio loop of its own, which cannot start
-        # inside this (running) one. Start-up only.
-        index = await asyncio.to_thread(self.vmac.start)
-        vlog.event(
-            self.log,
-            logging.INFO,
-            "virtual MAC on",
-            link=self.vmac.name,
-            mac=self.vmac.mac,
-            parent=self.ifname,
-            reused_leftover=self.vmac.reused,
-        )
-        return VipLink(self.vmac.name, index, self.vmac.mac)
+        return await links.prepare(self)
 
     def attach(self, host: Host) -> None:
         """The node joins the election at its unhealthy priority: a node whose API server
@@ -297,8 +278,8 @@ class VrrpElection:
         self.timers.fatal = fatal = loop.create_future()
         self._publish = publish
         try:
-            self._open_sockets(loop)
-            self._start_claimwatch(loop)
+            links.open_sockets(self, loop)
+            links.start_claimwatch(self, loop)
             if self.link_up and not self._faulted:
                 now = self.clock()
                 self.apply(self.machine.start(now), now)
@@ -317,7 +298,7 @@ class VrrpElection:
             gc.collect()
             gc.freeze()
             # After the collection: a real-time process must not spend tens of ms in it.
-            self._realtime()
+            self.timers.realtime(self.log, self.vrrp.advert_interval)
             self.timers.start_pacer()  # after the real-time request: the thread inherits it
             await fatal
         finally:
@@ -403,81 +384,8 @@ class VrrpElection:
         """VRRP goes by health changes only (``on_health``)."""
 
     async def relink(self, pre: Preflight) -> VipLink:
-        """The interface as it is now: fresh sockets on it (see ``vipd.election``).
-
-        Re-created (another index or MAC): the agent took the node out of the election
-        first (``on_link(False)``); the VRRP socket (bound to the new index, the multicast
-        membership joined there), the claim watch (the new MAC is ours) and, with ``vmac``,
-        the macvlan on the new parent (it went with the old one) are made again. A new
-        source address on the same interface: the node may be leading, so the VRRP socket
-        is reopened with it in this same call, no advert is missed, and the machine takes
-        it as its own address (the tie-break of RFC 9568 §6.4.3 and the own-advert check)."""
-        loop = asyncio.get_running_loop()
-        with self.timers.lock:  # the pacer's tick finds the old sockets or none (the loop's)
-            new_link = (pre.link.index, pre.link.mac) != (self.ifindex, self.pre.link.mac)
-            self.pre = pre
-            self.ifname, self.ifindex = pre.link.name, pre.link.index
-            self.source = pre.source_for(self.family)  # this virtual router's family
-            self.unicast_peers = pre.peers_for(self.family)
-            params = dataclasses.replace(self.machine.params, primary_ip=self.source)
-            self.machine.params = params
-            self._adverts.clear()  # the IPv4 checksum covers the source address
-            started = self.timers.fatal is not None
-            self._close_sockets(loop)
-            if new_link:
-                self.defence.close(loop)
-        link = VipLink(self.ifname, self.ifindex, pre.link.mac)
-        vmac = self.vmac
-        if vmac is not None and (vmac.parent_index != self.ifindex or vmac.index is None):
-            # The macvlan went with its old parent (or an earlier try did not make it); this
-            # also restores the sysctls it had set on the parent.
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(vmac.stop)
-            link = await self._make_vmac()
-        elif vmac is not None and vmac.index is not None:
-            link = VipLink(vmac.name, vmac.index, vmac.mac)
-        if started:
-            with self.timers.lock:
-                self._open_sockets(loop)
-                if not self.defence.watches:
-                    self._start_claimwatch(loop)
-        vlog.event(
-            self.log,
-            logging.INFO,
-            "vrrp: sockets reopened",
-            interface=self.ifname,
-            index=self.ifindex,
-            source=self.source,
-            vip_link=link.name,
-            family=f"IPv{self.family}",
-            multicast="no (unicast)" if self.unicast_peers else "joined",
-        )
-        return link
-
-    def _open_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The VRRP socket on the interface (and the virtual MAC's send-only one)."""
-        self.transport = self._open_wire(
-            self.ifname, self.ifindex, self.source, self.unicast_peers, True
-        )
-        self.follower.reset()
-        if self.vmac is not None:
-            assert self.vmac.index is not None
-            self.sender = self._open_wire(self.vmac.name, self.vmac.index, self.source, (), False)
-        loop.add_reader(self.transport.fileno(), self.timers.guarded, self.on_readable)
-
-    def _close_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
-        transport, sender = self.transport, self.sender
-        self.transport = self.sender = None
-        if transport is not None:
-            loop.remove_reader(transport.fileno())
-            transport.close()
-        if sender is not None:
-            sender.close()
-
-    def _start_claimwatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """IPv4: watch ARP for another MAC claiming a VIP (see ``defence``)."""
-        if self._want_claimwatch and self.family == 4:
-            self.defence.start(loop, self.ifname, self.pre.link.mac)
+        """The interface as it is now: fresh sockets on it (see ``links.relink``)."""
+        return await links.relink(self, pre)
 
     @_locked
     def on_link(self, up: bool) -> None:
@@ -536,7 +444,7 @@ class VrrpElection:
         for action in self.machine.shutdown(now):
             if isinstance(action, state.SendAdvert):
                 self.handover = Handover(self.timers.later, self.clock, self.log)
-                self.send_advert(action.priority)
+                self.adverts.send(action.priority)
                 resigned = True
             elif isinstance(action, state.BecomeBackup):
                 vlog.event(self.log, logging.INFO, "resigned", reason=action.reason)
@@ -544,42 +452,10 @@ class VrrpElection:
         return resigned
 
     async def close(self) -> None:
-        """Sockets, watches and the virtual MAC link; each failure is raised after the rest
-        are closed (the agent logs and counts it)."""
-        loop = asyncio.get_running_loop()
-        errors: list[BaseException] = []
+        """Sockets, watches and the virtual MAC link (see ``links.close``)."""
         self.observe.close()
         self.timers.close()
-
-        def attempt(fn: Callable[[], object]) -> None:
-            try:
-                fn()
-            except Exception as exc:
-                errors.append(exc)
-
-        transport = self.transport
-        for claimwatch in self.defence.watches:
-            attempt(lambda cw=claimwatch: loop.remove_reader(cw.fileno()))  # type: ignore[misc]
-            attempt(claimwatch.close)
-        if transport is not None:
-            attempt(lambda: loop.remove_reader(transport.fileno()))
-            attempt(transport.close)
-        if self.sender is not None:
-            attempt(self.sender.close)
-        if self.vmac is not None:
-            try:
-                await asyncio.to_thread(self.vmac.stop)
-            except Exception as exc:
-                vlog.event(
-                    self.log,
-                    logging.ERROR,
-                    "could not remove the virtual MAC link",
-                    link=self.vmac.name,
-                    error=exc,
-                )
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        await links.close(self)
 
     def stopped_fields(self) -> dict[str, object]:
         return {
@@ -592,91 +468,6 @@ class VrrpElection:
 
     # -- adverts -------------------------------------------------------------------------
 
-    def send_advert(self, priority: int) -> None:
-        assert self.transport is not None
-        # Only a leader (or a leader resigning) sends adverts, so with a virtual MAC they all
-        # leave from it (RFC 9568 §7.3: the Active router's source MAC is the virtual MAC).
-        sender = self.sender or self.transport
-        messages = self._adverts.messages(priority, self.source, self.transport.destinations)
-        for message, dst in messages:
-            try:
-                sender.send(message, dst)
-                self.stats.adverts_sent += 1
-                metrics.VRRP_ADVERTS_SENT.inc()
-                self._send_error = None
-            except OSError as exc:
-                # A down link must not stop the loop: the next tick retries.
-                self.stats.send_errors += 1
-                metrics.VRRP_SEND_ERRORS.inc()
-                self._send_error = f"{exc} (to {dst})"
-                self._log_send_error(dst=dst, error=exc)
-
-    def on_readable(self) -> None:
-        assert self.transport is not None
-        now = self.clock()
-        # The quiet socket's adverts arrived before what woke us: they go first.
-        self.follower.catch_up()
-        for item in self.transport.receive():
-            if isinstance(item, packet.DecodeError):
-                self.stats.invalid[item.reason] += 1
-                metrics.VRRP_INVALID.labels(reason=item.reason).inc()
-                continue
-            self.on_datagram(item, now)
-
-    def on_datagram(self, dgram: Datagram, now: float) -> None:
-        try:
-            advert, form = packet.decode(
-                dgram.message, dgram.src, dgram.dst, verify_checksum=not self.transport_v6
-            )
-            packet.check(advert, src=dgram.src, dst=dgram.dst, ttl=dgram.ttl, expect=self.expect)
-        except packet.DecodeError as err:
-            self._dropped(err, dgram.src)
-            return
-        self.stats.adverts_received += 1
-        self.stats.checksum_forms[form] += 1
-        metrics.VRRP_ADVERTS_RECEIVED.inc()
-        self.saw_peer(dgram.src, now, advert.priority)
-        if self.handover is not None:
-            # Stopping: we only wait for a successor, the election is over for us.
-            self.handover.on_advert(dgram.src, advert.priority)
-            return
-        self.follower.last_rx_at = max(self.follower.last_rx_at, now)
-        self.apply(self.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs), now)
-        self.after_advert(dgram.src, now, advert.priority)
-        # The master's advert that restarted our down timer: its next ones, while unchanged,
-        # need not wake us (following).
-        self.follower.after_advert(dgram, advert, form, now)
-
-    def _dropped(self, err: packet.DecodeError, src: IPAddress) -> None:
-        """Count a dropped advert; say so at 1, 2, 4, 8, … of each reason.
-
-        Other VRIDs are routine on a shared segment (debug). Anything else on our VRID is a
-        peer we cannot hear — a wrong version, password, interval or address list means dual
-        master — or garbage, so it is a warning, rate-limited so a flood cannot fill the log.
-        """
-        self.stats.invalid[err.reason] += 1
-        metrics.VRRP_INVALID.labels(reason=err.reason).inc()
-        level = logging.DEBUG if err.reason == "vrid" else logging.WARNING
-        self._log_dropped(err.reason, level=level, reason=err.reason, src=src, detail=err)
-
-    def saw_peer(self, src: IPAddress, now: float, priority: int) -> None:
-        self.observe.saw_peer(src, now, priority)
-
-    def after_advert(self, src: IPAddress, now: float, priority: int) -> None:
-        """Follow the master's adverts; count a claim on the VIP that we keep holding.
-
-        VRRP backups are silent, so an advert with a priority is another node leading. When
-        it makes us step down that is an ordinary preemption; when we stay leader with the
-        VIP bound, two nodes claim it at once (a split brain, healing or not)."""
-        m = self.machine
-        if m.state is not state.State.ACTIVE:
-            if m.state is state.State.BACKUP and m.master_ip == src:
-                self.observe.master_advert_at = now
-            return
-        held = self.controller is not None and self.controller.any_bound
-        if priority > 0 and held:
-            self.defence.on_advert(src, now, priority)
-
     # -- the machine's actions -----------------------------------------------------------
 
     def apply(self, actions: list[state.Action], now: float) -> None:
@@ -686,7 +477,7 @@ class VrrpElection:
         lines: list[tuple[str, str]] = []
         for action in actions:
             if isinstance(action, state.SendAdvert):
-                self.send_advert(action.priority)
+                self.adverts.send(action.priority)
             elif isinstance(action, state.BecomeActive | state.BecomeBackup):
                 word = "active" if isinstance(action, state.BecomeActive) else "backup"
                 self.stats.transitions[word] += 1
@@ -714,24 +505,6 @@ class VrrpElection:
         if self._publish is not None:
             self._publish(transition)
 
-    def _realtime(self) -> None:
-        """Fast adverts: SCHED_RR so a busy host cannot stall the master (see vipd.host.sched)."""
-        policy = sched.realtime_policy(self.vrrp.advert_interval)
-        if policy is None:
-            return
-        problem = sched.apply(policy)
-        fields = {"policy": policy.name, "rt_priority": policy.priority, "why": policy.why}
-        if problem is None:
-            vlog.event(self.log, logging.INFO, "real-time scheduling on", **fields)
-        else:
-            vlog.event(
-                self.log,
-                logging.WARNING,
-                "real-time scheduling refused: adverts may be late under load",
-                **fields,
-                error=problem,
-            )
-
     # -- observability -------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
@@ -742,8 +515,8 @@ class VrrpElection:
             return False, f"interface {self.ifname} is down: not in the election"
         if self.machine.state is state.State.INITIALIZE:
             return False, "not in the election"
-        if self._send_error is not None:
-            return False, f"adverts cannot be sent: {self._send_error}"
+        if self.adverts.send_error is not None:
+            return False, f"adverts cannot be sent: {self.adverts.send_error}"
         return True, "ready"
 
     @_locked

@@ -135,7 +135,7 @@ class Follower:
                 continue
             self._copies(run)
             run = []
-            o.on_datagram(dgram, at)
+            o.adverts.on_datagram(dgram, at)
         self._copies(run)
         return handled
 
@@ -151,6 +151,6 @@ class Follower:
         o.stats.adverts_received += count
         o.stats.checksum_forms[form] += count
         metrics.VRRP_ADVERTS_RECEIVED.inc(count)
-        o.saw_peer(src, last, advert.priority)
+        o.observe.saw_peer(src, last, advert.priority)
         o.apply(actions, last)
-        o.after_advert(src, last, advert.priority)
+        o.adverts.after_advert(src, last, advert.priority)

@@ -23,11 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from vipd import log as vlog
+from vipd.host import sched
 from vipd.vrrp import state
 from vipd.vrrp.driver.wire import CallLater, Timer
 from vipd.vrrp.pacer import DUE_SLACK, AdvertPacer
@@ -83,6 +86,25 @@ class Timers:
     @property
     def armed(self) -> bool:
         return self._timer is not None
+
+    def realtime(self, log: logging.Logger, interval: float) -> None:
+        """Fast adverts: SCHED_RR so a busy host cannot stall the master (vipd.host.sched);
+        before the pacer's thread starts, which inherits it."""
+        policy = sched.realtime_policy(interval)
+        if policy is None:
+            return
+        problem = sched.apply(policy)
+        fields = {"policy": policy.name, "rt_priority": policy.priority, "why": policy.why}
+        if problem is None:
+            vlog.event(log, logging.INFO, "real-time scheduling on", **fields)
+        else:
+            vlog.event(
+                log,
+                logging.WARNING,
+                "real-time scheduling refused: adverts may be late under load",
+                **fields,
+                error=problem,
+            )
 
     def start_pacer(self) -> None:
         """The pacer's thread, started now (not on a takeover's path) and after the
@@ -189,7 +211,7 @@ class Timers:
                 if priority is not None:
                     # The steady tick: one advert, the timer again; nothing else changed,
                     # so none of the driver's bookkeeping is due.
-                    o.send_advert(priority)
+                    o.adverts.send(priority)
                     self.rearm()
                     return
         late = deadline is not None and (
@@ -207,7 +229,7 @@ class Timers:
             # whose down timer fired late (past the slack below) reads first for the same
             # reason: a better backup's advert that arrived in time is waiting there, and
             # taking over without it would put the VIP on a second node.
-            o.on_readable()
+            o.adverts.on_readable()
             deadline, now = m.deadline, self.clock()
             if deadline is None or deadline > now:
                 return  # the datagrams moved the deadline: the timer they armed decides
@@ -218,7 +240,7 @@ class Timers:
             # than the slack (2 ms between priorities 150 and 100), so the better backup's
             # first advert arrives inside this wait and must stop our takeover.
             if self._advert_pending(deadline - now):
-                o.on_readable()
+                o.adverts.on_readable()
                 if self._timer is None:  # only garbage arrived: nothing re-armed us
                     self.rearm()
                 return
@@ -245,7 +267,7 @@ class Timers:
             if now - deadline <= m.advert_interval and o.transport is not None:
                 priority = m.advert_tick(max(now, deadline))
                 if priority is not None:
-                    o.send_advert(priority)
+                    o.adverts.send(priority)
                     return m.deadline
             self._timer_at = now  # the loop's lag is then the hand-over's
             self.to_loop(self.on_timer)
