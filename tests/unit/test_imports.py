@@ -126,3 +126,12 @@ def test_nothing_outside_the_lab_imports_the_lab() -> None:
         if not (name == "vipd.lab" or name.startswith("vipd.lab."))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_arp_probe_and_watch_import_only_the_host_layer() -> None:
+    """vipd.host.arpwatch is the wire: what an answer means is the caller's (the VRRP start-up
+    probe, vipd.vrrp.startprobe; the claim policy, vipd.vrrp.claims), so it imports nothing
+    above vipd.host (no election backend, no preflight, no config)."""
+    assert GRAPH["vipd.host.arpwatch"], "no edges read"
+    assert {m for m in GRAPH["vipd.host.arpwatch"] if not m.startswith("vipd.host.")} == set()
+    assert "vipd.host.arpwatch" in GRAPH["vipd.vrrp.startprobe"]
