@@ -141,7 +141,7 @@ def test_a_copy_both_sockets_took_is_handled_once() -> None:
         # (handled above) and so did the quiet one.
         wire.quiet.append((1000.0, advert(PEER, 200)))
         n.clock.now = 1000.5
-        assert n.election._catch_up() == 0
+        assert n.election.follower.catch_up() == 0
         assert n.election.stats.adverts_received == 1
         n.stop.set()
         await n.stopped()
@@ -285,7 +285,7 @@ def test_a_formerly_followed_advert_on_the_quiet_socket_takes_the_ordinary_path(
         assert wire.followed == other
         wire.quiet.append((1000.6, advert(PEER, 200)))
         n.clock.now = 1000.7
-        assert n.election._catch_up() == 1
+        assert n.election.follower.catch_up() == 1
         m = n.election.machine
         # Handled as what it is (the old master's advert, priority 200), not as a copy of
         # the followed one: the master is the old one again, as if it had come the usual way.

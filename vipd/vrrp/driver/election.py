@@ -29,7 +29,6 @@ every decode error is counted by reason and dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import gc
@@ -44,7 +43,7 @@ from vipd import log as vlog
 from vipd import track
 from vipd.config import Config
 from vipd.controller import Controller
-from vipd.election import Host, Publish, VipLink
+from vipd.election import Host, Publish, Transition, VipLink
 from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth
 from vipd.health.tracker import Outcome as HealthOutcome
@@ -115,8 +114,8 @@ class VrrpElection:
         self.pre = pre
         self.log = vlog.get()
         self.clock = clock
-        self._open_wire = open_wire
-        self._want_claimwatch = claimwatch
+        self.open_wire = open_wire
+        self.want_claimwatch = claimwatch
         v = cfg.election.vrrp
         self.vrrp = v
         self._vips = tuple(vips if vips is not None else cfg.vips)
@@ -195,33 +194,6 @@ class VrrpElection:
             state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval
         )
         self.observe = observe.Observer(self)
-
-    # -- names the unit tests reach for --------------------------------------------------
-
-    @property
-    def _lock(self) -> contextlib.AbstractContextManager[Any]:
-        return self.timers.lock
-
-    @property
-    def pacer(self) -> Any:
-        return self.timers.pacer
-
-    @property
-    def _pacing_on(self) -> bool:
-        return self.timers.pacing_on
-
-    @_pacing_on.setter
-    def _pacing_on(self, on: bool) -> None:
-        self.timers.pacing_on = on
-
-    def _paced_tick(self, due: float) -> float | None:
-        return self.timers.paced_tick(due)
-
-    def _catch_up(self) -> int:
-        return self.follower.catch_up()
-
-    def _on_claim(self, mac: str) -> None:
-        self.defence.on_claim(mac)
 
     # -- the election port: set-up -------------------------------------------------------
 
@@ -501,7 +473,7 @@ class VrrpElection:
         self.timers.rearm()
         self.observe.master_changed()
 
-    def publish(self, transition: Any) -> None:
+    def publish(self, transition: Transition) -> None:
         if self._publish is not None:
             self._publish(transition)
 

@@ -109,11 +109,11 @@ async def relink(e: VrrpElection, pre: Preflight) -> VipLink:
 
 def open_sockets(e: VrrpElection, loop: asyncio.AbstractEventLoop) -> None:
     """The VRRP socket on the interface (and the virtual MAC's send-only one)."""
-    e.transport = e._open_wire(e.ifname, e.ifindex, e.source, e.unicast_peers, True)
+    e.transport = e.open_wire(e.ifname, e.ifindex, e.source, e.unicast_peers, True)
     e.follower.reset()
     if e.vmac is not None:
         assert e.vmac.index is not None
-        e.sender = e._open_wire(e.vmac.name, e.vmac.index, e.source, (), False)
+        e.sender = e.open_wire(e.vmac.name, e.vmac.index, e.source, (), False)
     loop.add_reader(e.transport.fileno(), e.timers.guarded, e.adverts.on_readable)
 
 
@@ -129,7 +129,7 @@ def close_sockets(e: VrrpElection, loop: asyncio.AbstractEventLoop) -> None:
 
 def start_claimwatch(e: VrrpElection, loop: asyncio.AbstractEventLoop) -> None:
     """IPv4: watch ARP for another MAC claiming a VIP (see ``defence``)."""
-    if e._want_claimwatch and e.family == 4:
+    if e.want_claimwatch and e.family == 4:
         e.defence.start(loop, e.ifname, e.pre.link.mac)
 
 
