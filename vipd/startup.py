@@ -5,7 +5,7 @@ What it is
     The config read from a file, standard input or ``$VIPD_CONFIG`` (`read_config`), checked
     against the host (``vipd.preflight``), its CA file and Lease credentials loaded
     (`load`), the RFC 5227 / RFC 4862 probe for the VIP before claiming it
-    (``vipd.host.arpwatch``: `check_conflict` for ``vipd check``, `wait_out_conflict` for
+    (``vipd.vrrp.startprobe``: `check_conflict` for ``vipd check``, `wait_out_conflict` for
     ``vipd run``, whose first probe runs in the background while the agent's modules load),
     and ``vipd check``'s access review (`check_access`: a SelfSubjectAccessReview per verb).
     Configuration errors are one line on stderr naming the key, and exit code 2
@@ -154,9 +154,9 @@ def first_probe(cfg: Config, pre: Preflight) -> Conflict | None:
     """The start-up probe (VRRP mode), see `wait_out_conflict`."""
     if cfg.election.mode != "vrrp":
         return None
-    from vipd.host import arpwatch
+    from vipd.vrrp import startprobe
 
-    return arpwatch.check(cfg, pre)
+    return startprobe.check(cfg, pre)
 
 
 def wait_out_conflict(
@@ -170,15 +170,15 @@ def wait_out_conflict(
     a transient holder (another node's crash leftover, removed when its vipd restarts) into
     a node that never joins under systemd, which does not restart after exit 2. ``first``:
     the first probe's result, when it already runs in the background (`Background`)."""
-    from vipd.host import arpwatch
     from vipd.host.conflict import Conflict
+    from vipd.vrrp import startprobe
 
     if cfg.election.mode != "vrrp":
         return None
     refused = 0
     while True:
         early = first() if first is not None and refused == 0 else None
-        found = early if isinstance(early, Conflict) else arpwatch.check(cfg, pre)
+        found = early if isinstance(early, Conflict) else startprobe.check(cfg, pre)
         if not found.foreign:
             break
         refused += 1
@@ -209,13 +209,13 @@ def describe_probe(cfg: Config, pre: Preflight, found: Conflict) -> str:
 
 
 def check_conflict(cfg: Config, pre: Preflight) -> str | None:
-    """RFC 5227 / DAD probe for the VIP before claiming it (vipd.host.arpwatch); exit 2 when a
+    """RFC 5227 / DAD probe for the VIP before claiming it (vipd.vrrp.startprobe); exit 2 when a
     foreign host answers for it. Returns a finding to report, or None."""
     if cfg.election.mode != "vrrp":
         return None
-    from vipd.host import arpwatch
+    from vipd.vrrp import startprobe
 
-    found = arpwatch.check(cfg, pre)
+    found = startprobe.check(cfg, pre)
     if found.foreign:
         print(f"vipd: config error: vip: {found.describe()}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG)

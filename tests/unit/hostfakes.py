@@ -15,6 +15,7 @@ no timing of its own beyond the fake clock).
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Callable
@@ -93,6 +94,26 @@ class FakeTimers:
         return timer.due
 
 
+async def run_out(
+    task: asyncio.Task[int],
+    timers: FakeTimers,
+    stopping: Callable[[], bool],
+    timeout: float = 5.0,
+) -> int:
+    """The agent's run to its end, within ``timeout`` of real time. A resigning leader's
+    wait for its successor runs on the fake clock: while ``stopping`` holds, its timers fire
+    as they come due, each once the loop has read what was injected before."""
+
+    async def handed_over() -> int:
+        while not task.done():
+            await asyncio.sleep(0.001)
+            if stopping() and timers.next_due() is not None:
+                timers.fire_next()
+        return task.result()
+
+    return await asyncio.wait_for(handed_over(), timeout)
+
+
 class _Wakeable:
     """A socketpair whose read end the loop watches; a byte written to it means "look"."""
 
@@ -135,18 +156,9 @@ class FakeWire(_Wakeable):
         # Quiet following as the real transport's filters do it: a datagram equal to the
         # followed one is queued (with its arrival on the fake clock) without waking anyone.
         self.can_follow = True
-        # The eBPF filter's shape: the same queue, but the driver's down timer is the pacer's.
-        self.counts_in_kernel = False
-        self.kernel_error: str | None = None
         self.followed: Datagram | None = None
-        self.last_copy_at: float | None = None
         self.follows: list[Datagram | None] = []
-        self.prepared = 0  # prepare_follow calls
         self.quiet: list[tuple[float, Datagram]] = []
-
-    @property
-    def follow_kind(self) -> str:
-        return "ebpf" if self.counts_in_kernel else "classic"
 
     def send(self, message: bytes, dst: IPAddress) -> None:
         self.sent.append((message, dst))
@@ -155,39 +167,18 @@ class FakeWire(_Wakeable):
     def inject(self, dgram: Datagram) -> None:
         if self.followed is not None and dgram == self.followed:
             self.quiet.append((self.clock.now, dgram))
-            self.last_copy_at = self.clock.now
             return
         self.queue.append(dgram)
         self._poke()
 
-    def prepare_follow(self) -> None:
-        self.prepared += 1
-
     def follow(self, dgram: Datagram | None) -> None:
         self.followed = dgram
-        self.last_copy_at = None
         self.follows.append(dgram)
 
-    def receive_quiet(self) -> list[tuple[float, Datagram, int]]:
-        if self.counts_in_kernel and self.quiet:
-            # The map: one count per datagram, the last arrival's age.
-            out: list[tuple[float, Datagram, int]] = []
-            for at, d in self.quiet:
-                if out and out[-1][1] == d:
-                    out[-1] = (max(0.0, self.clock.now - at), d, out[-1][2] + 1)
-                else:
-                    out.append((max(0.0, self.clock.now - at), d, 1))
-            self.quiet = []
-            return out
-        out1 = [(max(0.0, self.clock.now - at), d, 1) for at, d in self.quiet]
+    def receive_quiet(self) -> list[tuple[float, Datagram]]:
+        out = [(max(0.0, self.clock.now - at), d) for at, d in self.quiet]
         self.quiet = []
-        return out1
-
-    def counted_age(self) -> float | None:
-        # As the eBPF filter's map: the last copy's age since the follow, taken or not.
-        if not self.counts_in_kernel or self.last_copy_at is None:
-            return None
-        return max(0.0, self.clock.now - self.last_copy_at)
+        return out
 
     def receive(self) -> list[Datagram | packet.DecodeError]:
         self._drain()

@@ -129,7 +129,7 @@ def test_the_graph_is_read() -> None:
     # The finder must see the edges it is meant to judge (a broken parser finds no cycle).
     assert "vipd.controller" in GRAPH["vipd.agent"]
     assert "vipd.lease.driver" in GRAPH["vipd.agent"]  # an import inside a function
-    assert "vipd.vrrp.state" in GRAPH["vipd.vrrp.driver"]
+    assert "vipd.vrrp.state" in GRAPH["vipd.vrrp.driver.election"]
 
 
 def test_the_cycle_finder_finds_cycles() -> None:
@@ -171,6 +171,8 @@ FLOORS = {
     "vipd.vrrp": "drivers",
     "vipd.vrrp.packet": "core",
     "vipd.vrrp.state": "core",
+    "vipd.vrrp.claims": "core",
+    "vipd.vrrp.auth": "core",
     "vipd.lease": "drivers",
     "vipd.lease.logic": "core",
     "vipd.lease.model": "core",
@@ -208,16 +210,8 @@ FLOORS = {
     "vipd.lab": "lab",
 }
 
-# Known upward imports, each fixed on another branch: the lead drops an entry when that
-# branch lands (and this test then holds the line).
-KNOWN_UPWARD = {
-    # arpwatch describes the VIP's link with preflight's result: it is to take the link and
-    # sources as host data instead.
-    ("vipd.host.arpwatch", "vipd.preflight"),
-    # arpwatch opens its VRRP listening socket through the VRRP transport: the socket is to
-    # come from the VRRP backend instead.
-    ("vipd.host.arpwatch", "vipd.vrrp.transport"),
-}
+# Known upward imports (none left): an entry here is an exception with a comment saying why.
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def floor_of(name: str) -> str | None:
@@ -269,3 +263,12 @@ def test_imports_only_point_down() -> None:
 def test_the_known_upward_imports_are_still_there() -> None:
     """An exception that no longer happens goes from KNOWN_UPWARD (so it cannot come back)."""
     assert sorted(KNOWN_UPWARD - upward(GRAPH)) == []
+
+
+def test_the_arp_probe_and_watch_import_only_the_host_layer() -> None:
+    """vipd.host.arpwatch is the wire: what an answer means is the caller's (the VRRP start-up
+    probe, vipd.vrrp.startprobe; the claim policy, vipd.vrrp.claims), so it imports nothing
+    above vipd.host (no election backend, no preflight, no config)."""
+    assert GRAPH["vipd.host.arpwatch"], "no edges read"
+    assert {m for m in GRAPH["vipd.host.arpwatch"] if not m.startswith("vipd.host.")} == set()
+    assert "vipd.host.arpwatch" in GRAPH["vipd.vrrp.startprobe"]

@@ -22,6 +22,7 @@ PURE = [
     "config/schema.py",
     "config/sections.py",
     "config/source.py",
+    "vrrp/claims.py",
     "host/neighbor.py",
     "host/netlink.py",
     "lab/analysis.py",

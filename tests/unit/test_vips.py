@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert
+from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert, run_out
 from vipd import config, metrics
 from vipd.agent import EXIT_OK, Agent, make_elections
 from vipd.config import ConfigError
@@ -316,6 +316,9 @@ class DualNode:
         self.addrs[vip] = Addr(self.events, vip)
         return self.addrs[vip], Ann(self.events, vip)
 
+    def stopping(self) -> bool:
+        return any(e.handover is not None for e in self.elections)
+
     def sent(self, family: int) -> list[tuple[int, tuple[IPAddress, ...]]]:
         """(priority, addresses) of every advert sent on ``family``'s wire."""
         src = self.sources[family]
@@ -378,7 +381,7 @@ def test_dual_stack_elects_each_family_on_its_own() -> None:
         assert get("vipd_vrrp_master_priority", {"vip": str(V6)}) == 200
         assert n.agent.readiness() == (True, "ready")
         n.stop.set()
-        assert await asyncio.wait_for(task, 5) == EXIT_OK
+        assert await run_out(task, n.timers, n.stopping) == EXIT_OK
         assert n.sent(4)[-1] == (0, (V4,))  # the IPv4 leader resigned
         assert not n.addrs[V4].present and not n.addrs[V6].present
         assert all(w.closed for w in n.wires.values())
@@ -402,7 +405,7 @@ def test_an_ipv6_takeover_binds_only_the_ipv6_vip() -> None:
         assert n.sent(6) == [(100, (V6,))] and n.sent(4) == []
         assert n.events.index(f"bind:{V6}") < n.events.index(f"garp:{V6}")
         n.stop.set()
-        assert await asyncio.wait_for(task, 5) == EXIT_OK
+        assert await run_out(task, n.timers, n.stopping) == EXIT_OK
 
     asyncio.run(scenario())
 
@@ -463,6 +466,6 @@ def test_a_re_created_interface_relinks_both_routers_and_rebinds_the_leaders_vip
         await until(lambda: n.addrs[V4].present)
         assert not n.addrs[V6].present
         n.stop.set()
-        assert await asyncio.wait_for(task, 5) == EXIT_OK
+        assert await run_out(task, n.timers, n.stopping) == EXIT_OK
 
     asyncio.run(scenario())

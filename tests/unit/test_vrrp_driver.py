@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert
+from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert, run_out
 from vipd import config, metrics
 from vipd.agent import EXIT_CRASH, EXIT_OK, Agent
 from vipd.endpoint.server import Endpoint
@@ -106,7 +106,7 @@ class Node:
 
     async def stopped(self) -> int:
         assert self.task is not None
-        return await asyncio.wait_for(self.task, 5)
+        return await run_out(self.task, self.timers, lambda: self.election.handover is not None)
 
 
 async def until(cond: Callable[[], bool], timeout: float = 3.0) -> None:
@@ -392,7 +392,7 @@ def test_a_split_brain_claim_is_answered_at_once_despite_the_defend_limit() -> N
         await n.start()
         await n.take_over()
         assert n.wire is not None
-        n.election._on_claim("02:00:00:00:00:99")  # a foreign host: defended, budget spent
+        n.election.defence.on_claim("02:00:00:00:00:99")  # a foreign host: defended, budget spent
         n.clock.now += 5.0
         mark = len(n.events)
         n.wire.inject(advert(PEER, 100))  # the peer believes it is active
@@ -402,9 +402,9 @@ def test_a_split_brain_claim_is_answered_at_once_despite_the_defend_limit() -> N
         assert n.events.since(mark) == ["garp", "advert:200"]
         n.clock.now += 0.001
         mark = len(n.events)
-        n.election._on_claim("02:00:00:00:00:12")  # its gratuitous ARP, after ours
+        n.election.defence.on_claim("02:00:00:00:00:12")  # its gratuitous ARP, after ours
         assert n.events.since(mark) == ["garp"]
-        n.election._on_claim("02:00:00:00:00:12")  # bounded: once per advert interval
+        n.election.defence.on_claim("02:00:00:00:00:12")  # bounded: once per advert interval
         assert n.events.since(mark) == ["garp"]
         # Our next adverts: the peer stepped down (quiet), so the end is announced once.
         mark = len(n.events)
@@ -434,16 +434,16 @@ def test_a_split_brain_peers_later_claim_is_answered_though_its_advert_is_lost()
         n.wire.inject(advert(PEER, 100))  # its first takeover: the advert reached us
         await until(lambda: n.election.machine.lead_pending)
         n.timers.fire_next()
-        n.election._on_claim("02:00:00:00:00:12")
+        n.election.defence.on_claim("02:00:00:00:00:12")
         window = SPLIT_BRAIN_ADVERTS * n.election.machine.advert_interval
         n.clock.now += window + 1.0
-        n.election._on_claim("02:00:00:00:00:99")  # a foreign host: defended, budget spent
+        n.election.defence.on_claim("02:00:00:00:00:99")  # a foreign host: defended, budget spent
         fire_within(n, 0.1)
         n.clock.now += 1.0
         mark = len(n.events)
-        n.election._on_claim("02:00:00:00:00:12")  # its second takeover, advert lost
+        n.election.defence.on_claim("02:00:00:00:00:12")  # its second takeover, advert lost
         assert n.events.since(mark) == ["garp"]
-        n.election._on_claim("02:00:00:00:00:12")  # bounded: once per advert interval
+        n.election.defence.on_claim("02:00:00:00:00:12")  # bounded: once per advert interval
         fire_within(n, 0.1)
         assert n.events.since(mark).count("garp") == 1
         n.stop.set()
@@ -466,16 +466,16 @@ def test_a_peers_claim_is_announced_again_once_the_peer_no_longer_answers() -> N
         n.clock.now += 5.0
         n.wire.inject(advert(PEER, 100))  # the advert that shows its MAC a peer's
         await until(lambda: n.election.machine.lead_pending)
-        n.election._on_claim(peer)
+        n.election.defence.on_claim(peer)
         fire_within(n, SPLIT_BRAIN_ADVERTS * adv + 2 * CLAIMANT_PROBE_MAX_GAP + 1.0)
         n.clock.now += 10.0
         mark, t0 = len(n.events), n.clock.now
-        n.election._on_claim(peer)  # a later takeover, its advert lost: answered at once
+        n.election.defence.on_claim(peer)  # a later takeover, its advert lost: answered at once
         assert garps(n, mark) == 1 and n.probes[-1][0] < t0
         fire_until(n, lambda: n.probes[-1][0] > t0, adv + CLAIM_SETTLE + 0.001)
         assert n.probes[-1][1] == peer
         assert n.probes[-1][0] == pytest.approx(t0 + adv + CLAIM_SETTLE)
-        n.election._on_claim(peer)  # still active: it has not heard our advert yet
+        n.election.defence.on_claim(peer)  # still active: it has not heard our advert yet
         fire_within(n, CLAIMANT_PROBE_WAIT + 0.001)
         assert garps(n, mark) == 1
         asked = len(n.probes)
@@ -501,7 +501,7 @@ def test_a_claim_its_advert_follows_is_a_peers_and_costs_no_defend_budget() -> N
         n.clock.now += 5.0
         mark = len(n.events)
         t0 = n.clock.now
-        n.election._on_claim("02:00:00:00:00:12")  # its announcement, before its advert
+        n.election.defence.on_claim("02:00:00:00:00:12")  # its announcement, before its advert
         fire_within(n, CLAIM_SETTLE + 0.001)
         assert garps(n, mark) == 1  # defended as a foreign host's
         # Its first advert lost, the next one an interval and a half later.
@@ -513,14 +513,14 @@ def test_a_claim_its_advert_follows_is_a_peers_and_costs_no_defend_budget() -> N
         fire_within(n, window + 0.5)  # our answer, then the contest's end announced
         n.clock.now = heard + window + 1.0
         mark = len(n.events)
-        n.election._on_claim("02:00:00:00:00:99")  # a foreign host
+        n.election.defence.on_claim("02:00:00:00:00:99")  # a foreign host
         fire_within(n, 0.1)
         assert garps(n, mark) == 1, "the peer's claim spent the budget"
         n.clock.now += 1.0
         mark = len(n.events)
-        n.election._on_claim("02:00:00:00:00:12")  # the peer again, its advert lost
+        n.election.defence.on_claim("02:00:00:00:00:12")  # the peer again, its advert lost
         assert n.events.since(mark) == ["garp"]
-        n.election._on_claim("02:00:00:00:00:99")  # the foreign host: budget spent now
+        n.election.defence.on_claim("02:00:00:00:00:99")  # the foreign host: budget spent now
         fire_within(n, 0.1)
         assert garps(n, mark) == 1
         n.stop.set()
@@ -545,19 +545,19 @@ def test_a_claim_only_inside_the_split_brain_window_is_answered_but_not_remember
         n.timers.fire_next()
         n.clock.now = heard + 0.2
         mark = len(n.events)
-        n.election._on_claim("02:00:00:00:00:99")
+        n.election.defence.on_claim("02:00:00:00:00:99")
         assert garps(n, mark) == 1  # inside SPLIT_BRAIN_ADVERTS intervals: answered
         window = SPLIT_BRAIN_ADVERTS * n.election.machine.advert_interval
         fire_within(n, window + 0.5)
         n.clock.now = heard + window + 1.0
         mark = len(n.events)
-        n.election._on_claim("02:00:00:00:00:99")
+        n.election.defence.on_claim("02:00:00:00:00:99")
         assert garps(n, mark) == 0  # a foreign claim: defended only after CLAIM_SETTLE
         fire_within(n, CLAIM_SETTLE + 0.001)
         assert garps(n, mark) == 1
         n.clock.now += 1.0
         mark = len(n.events)
-        n.election._on_claim("02:00:00:00:00:99")  # the budget is spent
+        n.election.defence.on_claim("02:00:00:00:00:99")  # the budget is spent
         fire_within(n, 0.1)
         assert garps(n, mark) == 0
         n.stop.set()
@@ -620,7 +620,7 @@ def test_a_foreign_claim_is_defended_only_if_we_still_lead_after_the_settle_time
         assert n.wire is not None
         n.clock.now += 5.0
         mark = len(n.events)
-        n.election._on_claim("02:00:00:00:00:99")
+        n.election.defence.on_claim("02:00:00:00:00:99")
         assert n.events.since(mark) == []  # not yet
         n.wire.inject(advert(PEER, 254))  # its preempting advert: we step down
         await until(lambda: n.election.machine.state is state.State.BACKUP)
@@ -645,7 +645,7 @@ def test_a_claimants_burst_is_answered_after_its_last_frame() -> None:
         t0 = n.clock.now
         for i in range(5):  # garp.repeat 5, garp.interval 10 ms
             n.clock.now = t0 + i * 0.01
-            n.election._on_claim("02:00:00:00:00:99")
+            n.election.defence.on_claim("02:00:00:00:00:99")
         last = n.clock.now
         while "garp" not in n.events.since(mark):
             n.timers.fire_next()
@@ -667,7 +667,7 @@ def test_a_claim_storm_does_not_defer_the_defence_forever() -> None:
         t0 = n.clock.now
         for i in range(100):  # a frame every 10 ms for a second
             n.clock.now = t0 + i * 0.01
-            n.election._on_claim("02:00:00:00:00:99")
+            n.election.defence.on_claim("02:00:00:00:00:99")
             if "garp" in n.events.since(mark):
                 break
             while (due := n.timers.next_due()) is not None and due <= n.clock.now:
@@ -704,13 +704,13 @@ def test_a_claimant_left_unanswered_is_asked_and_its_stranded_clients_announced(
         x, adv = "02:00:00:00:00:13", n.election.machine.advert_interval
         n.clock.now += 5.0
         mark = len(n.events)
-        n.election._on_claim(x)  # its first takeover: defended as a foreign host's
+        n.election.defence.on_claim(x)  # its first takeover: defended as a foreign host's
         fire_within(n, CLAIM_SETTLE + 0.001)
         assert garps(n, mark) == 1 and n.probes == []
         n.clock.now += 1.0
         claimed = n.clock.now
         mark = len(n.events)
-        n.election._on_claim(x)  # its second: the budget is spent
+        n.election.defence.on_claim(x)  # its second: the budget is spent
         fire_until(n, lambda: len(n.probes) == 1, 2 * CLAIM_SETTLE + adv + 0.001)
         assert garps(n, mark) == 0
         # Judged CLAIM_SETTLE after the claim (we still lead), asked an interval (and
@@ -718,7 +718,7 @@ def test_a_claimant_left_unanswered_is_asked_and_its_stranded_clients_announced(
         assert [mac for _, mac in n.probes] == [x]
         assert n.probes[0][0] == pytest.approx(claimed + 2 * CLAIM_SETTLE + adv)
         n.clock.now += 0.001
-        n.election._on_claim(x)  # it answers: it still has the VIP
+        n.election.defence.on_claim(x)  # it answers: it still has the VIP
         fire_until(n, lambda: len(n.probes) == 2, 2 * adv + 0.1)
         assert garps(n, mark) == 0, "answered, so not stranded: held to the budget"
         # An interval after the first probe's verdict (the peer's next chance to hear us).
@@ -746,12 +746,12 @@ def test_a_claimant_that_keeps_the_vip_is_held_to_the_defend_budget() -> None:
         await n.take_over()
         x = "02:00:00:00:00:99"
         n.clock.now += 5.0
-        n.election._on_claim(x)
+        n.election.defence.on_claim(x)
         fire_within(n, CLAIM_SETTLE + 0.001)  # defended: the budget is spent
         n.clock.now += 0.5
         claimed = n.clock.now
         mark = len(n.events)
-        n.election._on_claim(x)
+        n.election.defence.on_claim(x)
         asked, defended = 0, list[float]()
         while n.timers.next_due() is not None and n.clock.now < claimed + 25.0:
             n.timers.fire_next()
@@ -759,7 +759,7 @@ def test_a_claimant_that_keeps_the_vip_is_held_to_the_defend_budget() -> None:
                 defended.append(n.clock.now)
             if len(n.probes) > asked:
                 asked = len(n.probes)
-                n.election._on_claim(x)  # its answer
+                n.election.defence.on_claim(x)  # its answer
         assert len(defended) == 1, defended
         limit = claimed + CLAIM_SETTLE + DEFEND_INTERVAL
         assert limit <= defended[0] <= limit + CLAIMANT_PROBE_MAX_GAP + 0.1, defended
@@ -783,11 +783,11 @@ def test_a_claimant_check_ends_when_we_step_down() -> None:
         assert n.wire is not None
         x = "02:00:00:00:00:99"
         n.clock.now += 5.0
-        n.election._on_claim(x)
+        n.election.defence.on_claim(x)
         fire_within(n, CLAIM_SETTLE + 0.001)
         n.clock.now += 1.0
         mark = len(n.events)
-        n.election._on_claim(x)
+        n.election.defence.on_claim(x)
         fire_within(n, CLAIM_SETTLE + 0.001)
         n.wire.inject(advert(PEER, 254))  # a better router: we step down
         await until(lambda: n.election.machine.state is state.State.BACKUP)
@@ -806,13 +806,13 @@ def test_a_foreign_claim_is_defended_when_we_still_lead() -> None:
         n.clock.now += 5.0
         mark = len(n.events)
         t0 = n.clock.now
-        n.election._on_claim("02:00:00:00:00:99")
+        n.election.defence.on_claim("02:00:00:00:00:99")
         assert n.events.since(mark) == []
         while "garp" not in n.events.since(mark):
             n.timers.fire_next()
             assert n.clock.now < t0 + 1.0, n.events.since(mark)
         assert abs(n.clock.now - (t0 + CLAIM_SETTLE)) < 1e-9
-        n.election._on_claim("02:00:00:00:00:99")  # the RFC 5227 limit: once per 10 s
+        n.election.defence.on_claim("02:00:00:00:00:99")  # the RFC 5227 limit: once per 10 s
         fire_within(n, 0.1)
         assert n.events.since(mark).count("garp") == 1
         n.stop.set()
@@ -898,7 +898,7 @@ def test_a_stopping_leader_releases_after_the_successors_announcement() -> None:
         n.wire.inject(advert(PEER, 150))  # the successor's advert, its ARP not yet seen
         await asyncio.sleep(0.005)
         assert n.host.address.present  # still waiting for the announcement
-        n.election._on_claim("02:00:00:00:00:12")
+        n.election.defence.on_claim("02:00:00:00:00:12")
         assert await n.stopped() == EXIT_OK
         assert n.events.since(mark) == ["advert:0", "unbind"]
 
@@ -950,7 +950,7 @@ def test_a_split_brain_claim_inside_our_lead_window_is_answered_at_once() -> Non
         n.wire.inject(advert(PEER, 100))
         await until(lambda: "garp" in n.events.since(mark))
         assert n.election.machine.lead_pending
-        n.election._on_claim("02:00:00:00:00:12")
+        n.election.defence.on_claim("02:00:00:00:00:12")
         assert n.events.since(mark) == ["garp", "garp"]
         n.timers.fire_next()
         assert n.events.since(mark) == ["garp", "garp", "advert:200"]

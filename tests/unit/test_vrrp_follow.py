@@ -141,7 +141,7 @@ def test_a_copy_both_sockets_took_is_handled_once() -> None:
         # (handled above) and so did the quiet one.
         wire.quiet.append((1000.0, advert(PEER, 200)))
         n.clock.now = 1000.5
-        assert n.election._catch_up() == 0
+        assert n.election.follower.catch_up() == 0
         assert n.election.stats.adverts_received == 1
         n.stop.set()
         await n.stopped()
@@ -285,7 +285,7 @@ def test_a_formerly_followed_advert_on_the_quiet_socket_takes_the_ordinary_path(
         assert wire.followed == other
         wire.quiet.append((1000.6, advert(PEER, 200)))
         n.clock.now = 1000.7
-        assert n.election._catch_up() == 1
+        assert n.election.follower.catch_up() == 1
         m = n.election.machine
         # Handled as what it is (the old master's advert, priority 200), not as a copy of
         # the followed one: the master is the old one again, as if it had come the usual way.
@@ -343,7 +343,7 @@ def test_the_quiet_socket_hands_back_the_followed_datagram_itself_for_each_copy(
         SRC,
         DST,
     )
-    t = _QuietTransport(ifname="eth0", ifindex=2, source=IPv4Address("10.0.0.11"), kernel=False)
+    t = _QuietTransport(ifname="eth0", ifindex=2, source=IPv4Address("10.0.0.11"))
     quiet: _QueuedSocket = t.quiet  # type: ignore[assignment]
     followed = Datagram(SRC, DST, 255, msg)
     t.follow(followed)
@@ -357,159 +357,33 @@ def test_the_quiet_socket_hands_back_the_followed_datagram_itself_for_each_copy(
         (_ipv4(msg, ttl=254), now - 0.05),
     ]
     got = t.receive_quiet()
-    assert [d is followed for _, d, _ in got] == [False, True, True, False]
-    assert [n for _, _, n in got] == [1, 1, 1, 1]
+    assert [d is followed for _, d in got] == [False, True, True, False]
     assert got[0][1] == Datagram(SRC, DST, 255, older)
     assert got[3][1] == Datagram(SRC, DST, 254, msg)
-    assert [age for age, _, _ in got] == pytest.approx([0.3, 0.2, 0.1, 0.05], abs=0.05)
+    assert [age for age, _ in got] == pytest.approx([0.3, 0.2, 0.1, 0.05], abs=0.05)
     t.follow(None)
     quiet.frames = [(_ipv4(msg), now)]
-    ((_, d, _),) = t.receive_quiet()
+    ((_, d),) = t.receive_quiet()
     assert d == followed and d is not followed
-
-
-# -- the eBPF filter's shape: the down timer in the pacer's thread -----------------------------
-
-
-class _Pacer:
-    """Records what the driver gives the pacer (the test calls the tick as its thread would)."""
-
-    def __init__(self) -> None:
-        self.due: float | None = None
-
-    def pace(self, due: float) -> None:
-        self.due = due
-
-    def halt(self) -> None:
-        self.due = None
-
-
-async def _counted_in_kernel(n: Node) -> _Pacer:
-    """Following (at 1000.0) with copies the kernel counts, the pacer in use."""
-    await n.start()
-    pacer = _Pacer()
-    with n.election._lock:
-        n.election.pacer = pacer  # type: ignore[assignment]
-        n.election._pacing_on = True
-    _wire(n).counts_in_kernel = True
-    _wire(n).inject(advert(PEER, 200))
-    await until(lambda: n.election.stats.adverts_received == 1)
-    assert _wire(n).followed == advert(PEER, 200)
-    return pacer
 
 
 def _armed(n: Node) -> list[Any]:
     return [t for t in n.timers.pending if not t.cancelled]
 
 
-def _tick(n: Node, pacer: _Pacer) -> float | None:
-    assert pacer.due is not None
-    n.clock.now = pacer.due
-    with n.election._lock:
-        got = n.election._paced_tick(pacer.due)
-    pacer.due = got if got is not None else pacer.due
-    return got
-
-
-def test_counted_in_the_kernel_the_copies_restart_the_down_timer_without_the_loop() -> None:
-    async def scenario(n: Node) -> None:
-        pacer = await _counted_in_kernel(n)
-        assert _armed(n) == []  # the loop sleeps: its timer went to the pacer
-        assert pacer.due is not None and abs(pacer.due - (1000.0 + _mdi(n) - TIMER_SLACK)) < 1e-9
-        _copies(n, 1001.0, 1002.0, 1003.0)
-        due = _tick(n, pacer)
-        # The pacer's look at the map: the timer runs from the last copy, nothing taken.
-        assert due is not None and abs(due - (1003.0 + _mdi(n) - TIMER_SLACK)) < 1e-9
-        assert n.election.stats.adverts_received == 1 and len(_wire(n).quiet) == 3
-        assert _armed(n) == [] and n.election.machine.state is state.State.BACKUP
-        # The loop's next look (a scrape, /status) hands them to the machine.
-        with n.election._lock:
-            assert n.election._catch_up() == 3
-        m = n.election.machine
-        assert n.election.stats.adverts_received == 4 and m.last_advert_at == 1003.0
-        assert m.deadline is not None and abs(m.deadline - (1003.0 + _mdi(n))) < 1e-9
-        _copies(n, 1004.0)
-        due = _tick(n, pacer)
-        assert due is not None and abs(due - (1004.0 + _mdi(n) - TIMER_SLACK)) < 1e-9
-        # The master stops: the pacer hands the moment to the loop, which takes the last
-        # copy and takes over at 1004 + Master_Down_Interval, as if every advert had woken us.
-        assert _tick(n, pacer) is None
-        await until(lambda: n.election.machine.state is state.State.ACTIVE)
-        assert abs(n.clock.now - (1004.0 + _mdi(n))) < 1e-9
-        assert n.election.stats.adverts_received == 5
-        assert _wire(n).followed is None
-        n.stop.set()
-        await n.stopped()
-
-    run(scenario)
-
-
-def test_counted_in_the_kernel_a_copy_during_the_last_wait_stops_the_takeover() -> None:
-    # The eBPF filter's copies do not make the socket readable: the wait before the takeover
-    # ends without them, and the map is read after it.
-    async def scenario(n: Node) -> None:
-        pacer = await _counted_in_kernel(n)
-        wire = _wire(n)
-        late = 1000.0 + _mdi(n) - 0.001
-
-        def wait_readable(timeout: float) -> bool:
-            n.clock.now += timeout
-            wire.quiet.append((late, advert(PEER, 200)))
-            return False
-
-        wire.wait_readable = wait_readable  # type: ignore[method-assign]
-        assert _tick(n, pacer) is None  # no copies yet: to the loop
-        await until(lambda: n.election.stats.adverts_received == 2)
-        m = n.election.machine
-        assert m.state is state.State.BACKUP
-        assert m.deadline is not None and abs(m.deadline - (late + _mdi(n))) < 1e-9
-        assert pacer.due is not None and abs(pacer.due - (late + _mdi(n) - TIMER_SLACK)) < 1e-9
-        n.stop.set()
-        await n.stopped()
-
-    run(scenario)
-
-
 def test_a_master_we_would_now_preempt_is_no_longer_followed() -> None:
     # Our priority rose above the master's: its copies would no longer only restart the down
-    # timer (Machine.follows_quietly), so the copies counted so far are taken at the old
-    # priority and every advert is read again, on the loop's timer.
+    # timer (Machine.follows_quietly), so the copies queued so far are taken at the old
+    # priority and every advert is read again.
     async def scenario(n: Node) -> None:
-        pacer = await _counted_in_kernel(n)
+        await _following(n)
         _copies(n, 1001.0, 1002.0)
         n.clock.now = 1002.2
         n.election.reconfigure(_at_priority(250))
         m = n.election.machine
         assert m.last_advert_at == 1002.0 and n.election.stats.adverts_received == 3
         assert _wire(n).followed is None
-        assert _armed(n) != [] and pacer.due is None  # the down timer is the loop's again
-        with n.election._lock:
-            assert n.election._paced_tick(n.clock.now) is None  # a late tick gives it back
-        n.stop.set()
-        await n.stopped()
-
-    run(scenario)
-
-
-def test_counted_in_the_kernel_a_priority_zero_is_taken_over_after_skew_time() -> None:
-    # The master's steady copies before its priority 0 must not stretch the Skew_Time the
-    # priority 0 started back to a Master_Down_Interval (RFC 9568 §6.4.2).
-    async def scenario(n: Node) -> None:
-        pacer = await _counted_in_kernel(n)
-        _copies(n, 1001.0, 1002.0)
-        n.clock.now = 1002.5
-        _wire(n).inject(advert(PEER, 0))
-        await until(lambda: n.election.stats.adverts_received == 4)
-        m = n.election.machine
-        assert m.deadline is not None and abs(m.deadline - (1002.5 + m.skew)) < 1e-9
-        assert pacer.due is not None and abs(pacer.due - (1002.5 + m.skew - TIMER_SLACK)) < 1e-9
-        mark = len(n.events)
-        assert _tick(n, pacer) is None  # due: to the loop, which takes over
-        # At Skew_Time: its advert (the release contest's, RFC 9568 §6.4.2), then the VIP.
-        await until(lambda: "advert:100" in n.events.since(mark))
-        assert abs(n.clock.now - (1002.5 + m.skew)) < 1e-9
-        while n.election.machine.state is not state.State.ACTIVE:
-            n.timers.fire_next()
+        assert _armed(n) != []  # the down timer, on the loop
         n.stop.set()
         await n.stopped()
 

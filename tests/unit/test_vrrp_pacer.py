@@ -150,7 +150,8 @@ PRE = Preflight(
 
 class RealNode:
     """A node whose driver runs on the loop's own timers and the real clock, with the
-    pacer (0.1 s adverts: no real-time scheduling is asked for)."""
+    pacer asked for (by default only below 0.1 s; at 0.1 s no real-time scheduling is asked
+    for)."""
 
     def __init__(self, priority: int = 200) -> None:
         self.host = Host(VIP)
@@ -160,7 +161,7 @@ class RealNode:
         self.senders: list[tuple[str, int]] = []  # (event, thread) per advert sent
         self.election = VrrpElection(
             node_config(priority, 0.1), PRE, clock=self.clock, open_wire=self._open_wire,
-            claimwatch=False,
+            claimwatch=False, pace=True,
         )  # fmt: skip
         self.agent = Agent(
             node_config(priority, 0.1),
@@ -191,13 +192,13 @@ def test_a_master_sends_its_steady_adverts_from_the_pacer_and_stops_them_on_a_st
         loop_thread = threading.get_ident()
         task = asyncio.get_running_loop().create_task(n.agent.run(n.stop))
         e = n.election
-        await until(lambda: e.pacer is not None)
+        await until(lambda: e.timers.pacer is not None)
         # Started when the node joined the election, not on the takeover's path.
-        assert e.pacer is not None and e.pacer.running
-        assert e.machine.state is state.State.BACKUP and e.pacer.due is None
+        assert e.timers.pacer is not None and e.timers.pacer.running
+        assert e.machine.state is state.State.BACKUP and e.timers.pacer.due is None
         await until(lambda: e.machine.state is state.State.ACTIVE)  # after its down interval
         await until(lambda: len(n.senders) >= 5)
-        pacer = e.pacer
+        pacer = e.timers.pacer
         assert pacer is not None and pacer.running
         # The takeover's advert is the loop's; every steady one after it the pacer's.
         assert n.senders[0] == ("advert:200", loop_thread)
@@ -229,7 +230,7 @@ def test_a_stopping_master_sends_no_paced_advert_after_its_priority_0() -> None:
         assert await asyncio.wait_for(task, 5) == EXIT_OK
         sent = [ev for ev, _ in n.senders]
         assert sent[-1] == "advert:0" and sent.count("advert:0") == 1, sent
-        pacer = n.election.pacer
+        pacer = n.election.timers.pacer
         assert pacer is not None and not pacer.running
 
     asyncio.run(scenario())
@@ -239,19 +240,19 @@ def test_a_stopping_master_sends_no_paced_advert_after_its_priority_0() -> None:
 
 
 class FakeNode(Node):
-    """The driver tests' node (fake clock and timers, no pacer thread): ``_paced_tick`` is
+    """The driver tests' node (fake clock and timers, no pacer thread): ``Timers.paced_tick`` is
     called by the test as the pacer would call it."""
 
     async def active(self) -> None:
         await self.start()
         await self.take_over()
-        self.election._pacing_on = True  # as run() sets it with a pacer
+        self.election.timers.pacing_on = True  # as run() sets it with a pacer
 
     def tick(self) -> float | None:
         m = self.election.machine
         assert m.deadline is not None
-        with self.election._lock:
-            return self.election._paced_tick(m.deadline)
+        with self.election.timers.lock:
+            return self.election.timers.paced_tick(m.deadline)
 
 
 def fake(scenario: Callable[[FakeNode], Awaitable[None]]) -> None:
@@ -274,7 +275,7 @@ def test_the_driver_tick_sends_a_due_advert_and_returns_the_next_due_time() -> N
         assert n.tick() == due + 0.0001 + 1.0  # restarted from now, as advert_tick does
         assert n.events.since(mark) == ["advert:200"]
         n.stop.set()
-        assert n.task is not None and await asyncio.wait_for(n.task, 5) == EXIT_OK
+        assert await n.stopped() == EXIT_OK
 
     fake(scenario)
 
@@ -297,7 +298,7 @@ def test_the_driver_tick_woken_late_hands_the_moment_to_the_loop_which_announces
         assert got.index("garp") < got.index("advert:200"), got
         assert n.election.machine.state is state.State.ACTIVE
         n.stop.set()
-        assert n.task is not None and await asyncio.wait_for(n.task, 5) == EXIT_OK
+        assert await n.stopped() == EXIT_OK
 
     fake(scenario)
 
@@ -309,12 +310,12 @@ def test_the_driver_tick_of_a_backup_does_nothing() -> None:
         n.wire.inject(advert(PEER, 250))
         await until(lambda: n.election.machine.state is state.State.BACKUP)
         mark = len(n.events)
-        with n.election._lock:
-            assert n.election._paced_tick(n.clock.now) is None
+        with n.election.timers.lock:
+            assert n.election.timers.paced_tick(n.clock.now) is None
         await asyncio.sleep(0.01)
         assert n.events.since(mark) == []
         n.stop.set()
-        assert n.task is not None and await asyncio.wait_for(n.task, 5) == EXIT_OK
+        assert await n.stopped() == EXIT_OK
 
     fake(scenario)
 
@@ -330,6 +331,6 @@ def test_a_bug_in_the_driver_tick_ends_the_run_as_a_crash() -> None:
         n.wire.send = broken  # type: ignore[method-assign]
         n.clock.now = (n.election.machine.deadline or 0.0) + 0.0001
         assert n.tick() is None
-        assert n.task is not None and await asyncio.wait_for(n.task, 5) == EXIT_CRASH
+        assert await n.stopped() == EXIT_CRASH
 
     fake(scenario)

@@ -1,18 +1,13 @@
-"""Who else has the VIP: an ARP/DAD probe before vipd claims it, and a watch while it leads.
+"""Who else has the VIP: an ARP/DAD probe on the wire, and a watch while leading.
 
-What it is: the driver for ``vipd.host.conflict`` (RFC 5227 / RFC 4862 §5.4):
+What it is: the wire side of ``vipd.host.conflict`` (RFC 5227 / RFC 4862 §5.4):
 
-- ``check(cfg, pre)``: before the election (``vipd check`` and ``vipd run``), send
-  ``PROBES`` probes ``PROBE_GAP`` apart on the VIP's interface and collect, for ``WAIT``
-  more, the MACs of hosts other than this one that answer for the VIP. A VRRP router
-  holding the VIP (the current leader, vipd or keepalived) answers too, so VRRP adverts of
-  our VRID that carry the VIP are listened for from the first probe on, for up to 4 advert
-  intervals when someone answered (a backup's longest Master_Down_Interval is 3 intervals +
-  Skew_Time < 1 interval); answered and heard ends the probe at once (the verdict cannot
-  change): heard → the VIP is VRRP-managed, go on; not heard → a foreign host has it,
-  and vipd refuses to claim it (``vipd check`` exits 2 and says who; ``vipd run`` waits
-  and probes again). IPv4 and IPv6 (a DAD Neighbor Solicitation from ``::``). VRRP mode
-  only: in Lease mode the current holder is another vipd that sends no adverts.
+- ``probe(ifname, mac, vip, adverts)``: send ``PROBES`` probes ``PROBE_GAP`` apart on the
+  VIP's interface and collect, for ``WAIT`` more, the MACs of hosts other than this one that
+  answer for the VIP. IPv4 and IPv6 (a DAD Neighbor Solicitation from ``::``). ``adverts``,
+  when given, is read meanwhile and ends the probe as soon as someone answered and it heard
+  someone (the start-up check of a VRRP node passes its VRID's adverts:
+  ``vipd.vrrp.startprobe``, which decides what an answer means).
 - ``ClaimWatch``: while running (IPv4), a packet socket on the interface for ARP; every
   ARP frame whose sender IP is the VIP and whose sender MAC is not ours (a gratuitous ARP
   or a reply from another host) is handed to a callback, which counts and logs it when
@@ -20,10 +15,10 @@ What it is: the driver for ``vipd.host.conflict`` (RFC 5227 / RFC 4862 §5.4):
   claimant, by a unicast ARP probe, whether it still has the VIP: its answer, if any, comes
   back to the callback as a claim.
 
-What it must not do: decide leadership, or keep a probe running: the start-up check is
-bounded (``PROBES`` × ``PROBE_GAP`` + ``WAIT``, plus at most 4 intervals when someone
-answered), and the watch only reads. IPv6 while running is not watched: a packet socket
-would see every IPv6 frame on the node (document, not pretend).
+What it must not do: decide leadership or what an answer means (the callers do), import
+the election or the config, or keep a probe running: it is bounded (``PROBES`` ×
+``PROBE_GAP`` + ``WAIT``), and the watch only reads. IPv6 while running is not watched: a
+packet socket would see every IPv6 frame on the node (document, not pretend).
 """
 
 from __future__ import annotations
@@ -34,13 +29,10 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from ipaddress import IPv4Address, IPv6Address
+from typing import Protocol
 
-from vipd.config import Config
-from vipd.host.conflict import Conflict, format_mac, parse_claim, probe_frame
+from vipd.host.conflict import format_mac, parse_claim, probe_frame
 from vipd.host.neighbor import ETH_P_ARP, ETH_P_IPV6, parse_mac
-from vipd.preflight import Preflight
-from vipd.vrrp import packet
-from vipd.vrrp.transport import Transport
 
 # RFC 5227 spaces 3 probes 1-2 s apart for slow or sleeping hosts; a node start cannot wait
 # that long, and on a LAN a host that has the address answers within a millisecond. The
@@ -82,49 +74,26 @@ def _frames(sock: socket.socket) -> Iterator[bytes]:
         yield data
 
 
-class _Adverts:
-    """Our VRID's adverts carrying one VIP, heard on its family's virtual router."""
+class Listener(Protocol):
+    """Something else heard while probing (the VRRP adverts of our VRID, ``vipd.vrrp.startprobe``):
+    readable like a socket; ``heard`` is non-empty once it explains an answer."""
 
-    def __init__(self, cfg: Config, pre: Preflight, vip: IPv4Address | IPv6Address) -> None:
-        self.vrid = cfg.election.vrrp.vrid
-        self.vip = vip
-        self.heard: list[str] = []
-        self.transport = Transport(
-            ifname=pre.link.name,
-            ifindex=pre.link.index,
-            source=pre.source_for(vip.version),
-            unicast_peers=pre.peers_for(vip.version),
-        )
+    heard: list[str]
 
-    def fileno(self) -> int:
-        return self.transport.fileno()
-
-    def read(self) -> None:
-        for item in self.transport.receive():
-            if isinstance(item, packet.DecodeError):
-                continue
-            try:
-                advert, _ = packet.decode(item.message, item.src, item.dst)
-            except packet.DecodeError:
-                continue
-            ours = advert.vrid == self.vrid and self.vip in advert.addresses
-            if ours and advert.priority and str(item.src) not in self.heard:
-                self.heard.append(str(item.src))
-
-    def close(self) -> None:
-        self.transport.close()
+    def fileno(self) -> int: ...
+    def read(self) -> None: ...
 
 
 def probe(
     ifname: str,
     mac: str,
-    vip: IPv4Address | packet.IPAddress,
-    adverts: _Adverts | None = None,
+    vip: IPv4Address | IPv6Address,
+    adverts: Listener | None = None,
 ) -> list[str]:
     """MACs (other than ``mac``) that answered for ``vip`` on ``ifname``. With ``adverts``,
-    our VRID's adverts are listened for meanwhile, and the probe ends as soon as someone
-    answered and a VRRP router advertises the VIP: the verdict (not foreign) cannot change
-    after that, whoever else answers, so waiting out the window would only delay the start."""
+    it is read meanwhile, and the probe ends as soon as someone answered and ``adverts``
+    heard someone: the verdict (not foreign) cannot change after that, whoever else answers,
+    so waiting out the window would only delay the start."""
     own = parse_mac(mac)
     frame = probe_frame(own, vip)
     ethertype = ETH_P_ARP if isinstance(vip, IPv4Address) else ETH_P_IPV6
@@ -132,7 +101,7 @@ def probe(
     with contextlib.closing(_open(ifname, ethertype)) as sock:
         end = time.monotonic() + PROBES * PROBE_GAP + WAIT
         sent, next_probe = 0, time.monotonic()
-        readable: list[socket.socket | _Adverts] = [sock] if adverts is None else [sock, adverts]
+        readable: list[socket.socket | Listener] = [sock] if adverts is None else [sock, adverts]
         while True:
             now = time.monotonic()
             if sent < PROBES and now >= next_probe:
@@ -152,64 +121,6 @@ def probe(
                     if text not in found:
                         found.append(text)
     return found
-
-
-def vrrp_routers(
-    cfg: Config,
-    pre: Preflight,
-    timeout: float,
-    vip: IPv4Address | IPv6Address | None = None,
-    adverts: _Adverts | None = None,
-) -> list[str]:
-    """Sources of valid-looking adverts of our VRID carrying ``vip`` (default: the first
-    VIP), heard in ``timeout`` on its family's virtual router (on ``adverts``, which may
-    have heard some already, when given)."""
-    listener = (
-        adverts if adverts is not None else _Adverts(cfg, pre, cfg.vip if vip is None else vip)
-    )
-    try:
-        end = time.monotonic() + timeout
-        while not listener.heard and (left := end - time.monotonic()) > 0:
-            select.select([listener], [], [], left)
-            listener.read()
-    finally:
-        if adverts is None:
-            listener.close()
-    return list(listener.heard)
-
-
-def check(cfg: Config, pre: Preflight) -> Conflict:
-    """Probe for each VIP; if someone answers, see whether a VRRP router of ours explains it.
-    The first foreign conflict is returned, else the first VIP that was answered (held by
-    one of our routers), else the first VIP's empty result.
-
-    The adverts are listened for from the first probe on, not after the probe: the holder's
-    next advert (up to one interval away) then arrives during the probe window instead of
-    after it, and the bound on listening (4 intervals) counts from the first probe."""
-    results: list[Conflict] = []
-    vrrp = cfg.election.mode == "vrrp"
-    for vip in cfg.vips:
-        adverts: _Adverts | None = None
-        if vrrp:
-            with contextlib.suppress(OSError):  # then listened for after the probe, as before
-                adverts = _Adverts(cfg, pre, vip)
-        try:
-            started = time.monotonic()
-            macs = tuple(probe(pre.link.name, pre.link.mac, vip, adverts))
-            heard: tuple[str, ...] = ()
-            if macs and vrrp:
-                bound = 4 * cfg.election.vrrp.advert_interval
-                if adverts is not None:
-                    bound = max(0.0, bound - (time.monotonic() - started))
-                heard = tuple(vrrp_routers(cfg, pre, bound, vip, adverts))
-        finally:
-            if adverts is not None:
-                adverts.close()
-        found = Conflict(vip, pre.link.name, macs, heard)
-        if found.foreign:
-            return found
-        results.append(found)
-    return next((r for r in results if r.macs), results[0])
 
 
 class ClaimWatch:

@@ -17,8 +17,7 @@ tens of milliseconds and ordinary scheduling is enough, so nothing changes. vipd
 percent of one core at 0.01 s; the kernel's real-time throttling
 (``kernel.sched_rt_runtime_us``, 95 % by default) still bounds a runaway. The whole process
 runs SCHED_RR, every thread, as keepalived's one thread does: a thread left at ordinary
-priority while it holds the GIL would hold the real-time ones back. The eBPF loader's child
-(``vrrp.kernel_follow``) gives it up: its work has no deadline.
+priority while it holds the GIL would hold the real-time ones back.
 
 What it must not do: fail the daemon. Without CAP_SYS_NICE (or inside a cgroup with no
 real-time budget) the request is refused: that is reported to the caller, which logs a

@@ -1,5 +1,4 @@
-"""The Active's advert schedule (and a following Backup's down timer) in a thread of its
-own: the steady tick without the loop.
+"""The Active's advert schedule in a thread of its own: the steady tick without the loop.
 
 What it is: a thread that sleeps until the time it was given and then runs ``tick(due)``
 under the driver's lock; the tick sends the advert (or hands the moment to the loop) and
@@ -9,16 +8,13 @@ wake-ups costs an event loop (uvloop) several times what it costs a C daemon in
 ``epoll_wait``; a thread woken from its sleep, with the loop's thread idle in its poll and
 the GIL free, costs much less (``bench/wake_floor.py``, shape ``uvloop-thread``). So the
 schedule RFC 9568 §6.4.3 gives the Active's Adver_Timer is kept here, and the loop wakes
-only for what arrives. So is a Backup's Master_Down_Timer (§6.4.2) while the kernel counts
-its master's adverts (``vrrp.kernel_follow``): the tick looks at the last one's arrival and
-sleeps on, or hands the moment to the loop (``VrrpElection._down_tick``).
+only for what arrives.
 
-What it must not do: decide anything. The tick it runs (``VrrpElection._paced_tick``) is
-the machine's own ``advert_tick``, or a look at a map, under the same lock as every loop
-callback of the driver, and whatever is not a steady advert or a restarted down timer (a
-contest to end, a tick woken later than an interval, a takeover, no socket) goes back to
-the loop. It does not feed the loop's heartbeat either:
-the heartbeat says the loop is alive, and only the loop can say that.
+What it must not do: decide anything. The tick it runs (``vrrp.driver.timers.Timers.paced_tick``) is
+the machine's own ``advert_tick``, under the same lock as every loop callback of the
+driver, and whatever is not a steady advert (a contest to end, a tick woken later than an
+interval, a takeover, no socket) goes back to the loop. It does not feed the loop's
+heartbeat either: the heartbeat says the loop is alive, and only the loop can say that.
 
 The driver starts the thread when it joins the election (``start``), so that no takeover
 waits for a thread to be created; it sleeps on a lock until the first ``pace``. It inherits

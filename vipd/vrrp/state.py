@@ -650,13 +650,9 @@ class Machine:
         src: IPAddress,
         priority: int,
         interval_cs: int,
-        *,
-        count: int | None = None,
     ) -> list[Action]:
         """``on_advert`` for one advert received at each of ``times`` (oldest first): the
-        same state and actions as one call per time, in that order. ``count`` (at least
-        ``len(times)``): the copies in all where only the last arrivals are known (a kernel
-        counter); it only matters where ``follows_quietly`` holds.
+        same state and actions as one call per time, in that order.
 
         A Backup that accepts the advert (the master's, when it may not preempt it) only
         restarts its down timer from each arrival and counts it, so the run comes down to
@@ -667,7 +663,7 @@ class Machine:
             actions = self.on_advert(times[-1], src, priority, interval_cs)
             if self._startup_heard is not None:
                 # on_advert counted the last one
-                self._startup_heard += (len(times) if count is None else count) - 1
+                self._startup_heard += len(times) - 1
             return actions
         out: list[Action] = []
         for at in times:

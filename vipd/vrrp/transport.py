@@ -22,13 +22,6 @@ priority 0, another router, a TTL other than 255, a changed address list) still 
 loop at once. IPv6 raw sockets do not show the IPv6 header to a filter (the source and the hop
 limit), so IPv6 is never followed quietly.
 
-Where the process may load BPF programs (CAP_BPF), ``prepare_follow`` (or else the first
-``follow``) replaces both filters by one eBPF program on the polled socket
-(``vrrp.kernel_follow``), which matches nothing until a ``follow``: then it drops the followed
-advert's copies and keeps only their number and the last one's arrival time in a map that
-``receive_quiet`` reads through memory, and the quiet socket is closed. ``follow_kind`` says
-which of the two is in use.
-
 Source address: set per packet with ``IP_PKTINFO`` / ``IPV6_PKTINFO`` rather than ``bind()``,
 because a raw IPv4 socket bound to an address only receives datagrams addressed to that
 address, which would hide the multicast adverts. The VRRPv3 IPv4 checksum covers the source,
@@ -39,7 +32,6 @@ from __future__ import annotations
 
 import array
 import errno
-import os
 import select
 import socket
 import struct
@@ -48,7 +40,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
-from vipd.vrrp import kernel_follow
 from vipd.vrrp.packet import GROUP_V4, GROUP_V6, VRRP_PROTO, DecodeError, parse_ipv4
 
 IPAddress = IPv4Address | IPv6Address
@@ -162,7 +153,6 @@ class Transport:
         source: IPAddress,
         unicast_peers: Iterable[IPAddress] = (),
         receive: bool = True,
-        kernel: bool = True,
     ) -> None:
         # receive=False: a send-only socket (the virtual MAC's macvlan sends the leader's
         # adverts; they are received on the parent), so it joins no group.
@@ -185,27 +175,6 @@ class Transport:
         self.followed: Datagram | None = None
         # The followed datagram from its IP header's addresses on (bytes 12..20) to its end.
         self._copy_tail = b""
-        # Kernel-side following: tried once (it forks a loader), by prepare_follow or the
-        # first follow.
-        self.kernel_follow = kernel
-        self._counted: kernel_follow.FollowMap | None = None
-        self.kernel_error: str | None = None  # why the eBPF program is not in use
-        # Copies the map counted for a datagram followed before the current one, and when
-        # the current one was followed (time.monotonic_ns: the map's clock).
-        self._earlier: tuple[int, int, Datagram] | None = None
-        self._followed_ns = 0
-
-    @property
-    def follow_kind(self) -> str:
-        """ "ebpf" (the map counts the copies), "classic" (the quiet socket queues them), or
-        "none" (this socket cannot follow)."""
-        if self._counted is not None:
-            return "ebpf"
-        return "classic" if self.can_follow else "none"
-
-    @property
-    def counts_in_kernel(self) -> bool:
-        return self._counted is not None
 
     def _open(self) -> socket.socket:
         family = socket.AF_INET6 if self.v6 else socket.AF_INET
@@ -269,25 +238,6 @@ class Transport:
         its receive time), never neither."""
         if not self.can_follow:
             raise OSError(errno.EOPNOTSUPP, "quiet following is IPv4 only")
-        if dgram is not None:
-            self.prepare_follow()
-        counted = self._counted
-        if counted is not None:
-            # What the map counted so far was the previous datagram's.
-            new, last_ns = counted.take()
-            if new and self.followed is not None:
-                self._earlier = (new, last_ns, self.followed)
-            self._followed_ns = time.monotonic_ns()
-            if dgram is None:
-                counted.clear()
-            else:
-                assert isinstance(dgram.src, IPv4Address) and isinstance(dgram.dst, IPv4Address)
-                counted.set(
-                    kernel_follow.pattern(dgram.src, dgram.dst, dgram.message),
-                    20 + len(dgram.message),
-                )
-            self.followed = dgram
-            return
         if dgram is None:
             if self.followed is not None:
                 attach_filter(self.sock, verdict_filter(ACCEPT))
@@ -301,39 +251,6 @@ class Transport:
         attach_filter(self.sock, follow_filter(dgram.src, dgram.dst, dgram.message, keep=False))
         self.followed = dgram
         self._copy_tail = dgram.src.packed + dgram.dst.packed + dgram.message
-
-    def prepare_follow(self) -> None:
-        """Load the eBPF program now, if it is to be tried and was not yet (else the first
-        ``follow`` does): the driver calls this when the election starts and when it reopens
-        the socket, so that the loader's ~10 ms are not spent in the middle of an election."""
-        if self.kernel_follow and self.can_follow:
-            self.kernel_follow = False
-            self._load_kernel_follow()
-
-    def _load_kernel_follow(self) -> None:
-        """The eBPF program on the polled socket, matching nothing yet; the quiet socket then
-        goes. Where it cannot be loaded (no CAP_BPF, an old kernel) the reason is kept and the
-        classic filters stay."""
-        try:
-            map_fd, prog_fd = kernel_follow.load()
-        except OSError as exc:
-            self.kernel_error = str(exc)
-            return
-        try:
-            counted = kernel_follow.FollowMap(map_fd)
-            try:
-                self.sock.setsockopt(socket.SOL_SOCKET, kernel_follow.SO_ATTACH_BPF, prog_fd)
-            except OSError as exc:
-                counted.close()
-                self.kernel_error = str(exc)
-                return
-        finally:
-            os.close(map_fd)  # the mmap and the socket's filter hold them
-            os.close(prog_fd)
-        self._counted = counted
-        if self.quiet is not None:
-            self.quiet.close()
-            self.quiet = None
 
     def _open_quiet(self) -> socket.socket | None:
         sock = self._open()
@@ -351,13 +268,9 @@ class Transport:
             raise
         return sock
 
-    def receive_quiet(self) -> list[tuple[float, Datagram, int]]:
+    def receive_quiet(self) -> list[tuple[float, Datagram]]:
         """The followed advert's copies received since the last call, oldest first: (age in
-        seconds, now minus the kernel's receive time and never negative; the datagram; how
-        many copies). The quiet socket gives each copy with its own age and a count of 1; the
-        eBPF filter's map gives one entry per followed datagram, with the last copy's age."""
-        if self._counted is not None:
-            return self._taken(self._counted)
+        seconds, now minus the kernel's receive time and never negative; the datagram)."""
         quiet = self.quiet
         if quiet is None:
             return []
@@ -394,34 +307,7 @@ class Transport:
         if not out:
             return []
         wall = time.time()
-        return [(0.0 if at is None else max(0.0, wall - at), d, 1) for at, d in out]
-
-    def counted_age(self) -> float | None:
-        """With the eBPF filter: the age in seconds of the followed datagram's last copy, read
-        or not (None: none since it was followed, or no eBPF filter). A look at the map
-        that takes nothing: ``receive_quiet`` still hands the copies over."""
-        counted = self._counted
-        if counted is None:
-            return None
-        try:
-            last_ns = counted.read()[1]
-        except ValueError:  # closed meanwhile (the pacer's thread looks without the loop)
-            return None
-        if last_ns <= self._followed_ns:
-            return None
-        return max(0.0, time.monotonic() - last_ns / 1e9)
-
-    def _taken(self, counted: kernel_follow.FollowMap) -> list[tuple[float, Datagram, int]]:
-        out: list[tuple[float, Datagram, int]] = []
-        now = time.monotonic()
-        if self._earlier is not None:
-            new, last_ns, dgram = self._earlier
-            self._earlier = None
-            out.append((max(0.0, now - last_ns / 1e9), dgram, new))
-        new, last_ns = counted.take()
-        if new and self.followed is not None:
-            out.append((max(0.0, now - last_ns / 1e9), self.followed, new))
-        return out
+        return [(0.0 if at is None else max(0.0, wall - at), d) for at, d in out]
 
     def wait_readable(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for a datagram (on either socket); True if one is
@@ -495,6 +381,3 @@ class Transport:
         self.sock.close()
         if self.quiet is not None:
             self.quiet.close()
-        if self._counted is not None:
-            self._counted.close()
-            self._counted = None
