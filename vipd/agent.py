@@ -179,7 +179,13 @@ class Agent:
         self.instances = [
             Instance(
                 e,
-                HookRunner(cfg.notify, node=cfg.node, vip=",".join(map(str, e.vips)), log=self.log),
+                HookRunner(
+                    cfg.notify,
+                    node=cfg.node,
+                    vip=",".join(map(str, e.vips)),
+                    log=self.log,
+                    scripts=cfg.scripts,
+                ),
             )
             for e in elections
         ]
@@ -644,9 +650,9 @@ class Agent:
         if self.ipvs is not None:
             self.ipvs.reconfigure(new)
         for inst in self.instances:
-            inst.hooks.reconfigure(new.notify)
+            inst.hooks.reconfigure(new.notify, new.scripts)
         if self.tracks is not None:
-            self.tracks.reconfigure(new.track)
+            self.tracks.reconfigure(new.track, new.scripts)
         for e in self.elections:
             e.reconfigure(new)
         if self.health is not None and new.health is not None:
@@ -712,7 +718,10 @@ class Agent:
                 )
             if self.cfg.track:
                 self.tracks = TrackChecker(
-                    self.cfg.track, lambda a: self._guarded(self._on_track, a), log=self.log
+                    self.cfg.track,
+                    lambda a: self._guarded(self._on_track, a),
+                    log=self.log,
+                    scripts=self.cfg.scripts,
                 )
                 for e in self.elections:
                     e.on_track(self.tracks.adjustment())  # every track starts down

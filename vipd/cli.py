@@ -77,6 +77,7 @@ def _load(path: str | None) -> tuple[Config, Preflight]:
 
     try:
         cfg = _read_config(path)
+        _check_scripts(cfg)
         pre = preflight.check_host(cfg, preflight.read_host())
         _check_ca_file(cfg)
         _check_lease(cfg)
@@ -95,6 +96,7 @@ def _reloader(path: str | None) -> Callable[[], Config] | None:
     def load() -> Config:
         cfg = _read_config(path)
         _check_ca_file(cfg)
+        _check_scripts(cfg)
         return cfg
 
     return load
@@ -111,6 +113,13 @@ def _check_ca_file(cfg: Config) -> None:
         make_ssl_context(cfg.health.ca_file)
     except ValueError as exc:
         raise config.ConfigError("health.ca_file", str(exc)) from None
+
+
+def _check_scripts(cfg: Config) -> None:
+    """Hooks and tracked scripts/files that others could change are refused (start, reload)."""
+    from vipd import sandbox
+
+    sandbox.check(cfg)
 
 
 def _check_lease(cfg: Config) -> None:

@@ -86,6 +86,7 @@ __all__ = [
     "Log",
     "Metrics",
     "Notify",
+    "Scripts",
     "Vrrp",
     "errors",
     "load",
@@ -367,6 +368,16 @@ class Track:
     fault: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Scripts:
+    """``scripts``: who the notify hooks and tracked scripts run as, and whether vipd refuses
+    a script or tracked file that someone else could change (keepalived's ``script_user`` and
+    ``enable_script_security``; ``vipd.script_security``, ``vipd.sandbox``)."""
+
+    user: str = "nobody"  # a user name or uid, optionally ":group" (a group name or gid)
+    security: bool = True  # false: run and read them whoever can change them (a risk)
+
+
 DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
 
 
@@ -399,6 +410,7 @@ class Config:
     metrics: Metrics = Metrics()
     notify: Notify = Notify()
     track: tuple[Track, ...] = ()
+    scripts: Scripts = Scripts()
 
     @property
     def vip(self) -> IPAddress:
@@ -755,6 +767,7 @@ class _Validator:
                 "metrics",
                 "notify",
                 "track",
+                "scripts",
             ),
         )
         vips = self.vips(top)
@@ -777,6 +790,7 @@ class _Validator:
             metrics=metrics,
             notify=self.notify(top.get("notify")),
             track=self.tracks(top.get("track")),
+            scripts=self.scripts(top.get("scripts")),
         )
 
     def node(self, value: object, env: Mapping[str, str], hostname: str | None) -> str:
@@ -1498,6 +1512,23 @@ class _Validator:
             weight=weight,
             fault=fault,
         )
+
+    def scripts(self, value: object) -> Scripts:
+        sec = self.section("scripts", value, ("user", "security"))
+        user = sec.get("user", "nobody")
+        name = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
+        if isinstance(user, int) and not isinstance(user, bool):
+            user = str(user)
+        if not isinstance(user, str) or not re.fullmatch(f"{name}(:{name})?", user):
+            self.fail(
+                "scripts.user",
+                'must be a user name or uid, optionally with ":group" (a group name or gid)',
+                user,
+            )
+        security = sec.get("security", True)
+        if not isinstance(security, bool):
+            self.fail("scripts.security", "must be true or false", security)
+        return Scripts(user=user, security=security)
 
     def command(self, key: str, value: object) -> Command:
         """A hook: null (none), a string split like a shell's words (no shell runs it), or a

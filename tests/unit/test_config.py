@@ -140,7 +140,8 @@ def test_long_values_are_shortened() -> None:
         (
             (),
             "vip_address",
-            "election, garp, health, interface, ipvs, log, metrics, node, notify, track, vip, vips",
+            "election, garp, health, interface, ipvs, log, metrics, node, notify, scripts, track, "
+            "vip, vips",
         ),
         (("election",), "vrp", "mode, vrrp"),
         (("election", "vrrp"), "prio", "advert_interval, auth_pass, checksum, preempt"),
@@ -752,6 +753,7 @@ def _dotted_keys(cls: type[Any], prefix: str = "") -> set[str]:
     nested["metrics"] = config.Metrics
     nested["lease"] = config.Lease
     nested["notify"] = config.Notify
+    nested["scripts"] = config.Scripts
     for name in hints:
         name = {"vrrp_section": "vrrp"}.get(name, name)  # Election.vrrp is a property
         key = f"{prefix}{name}"
