@@ -374,7 +374,8 @@ class Scripts:
     a script or tracked file that someone else could change (keepalived's ``script_user`` and
     ``enable_script_security``; ``vipd.script_security``, ``vipd.sandbox``)."""
 
-    user: str = "nobody"  # a user name or uid, optionally ":group" (a group name or gid)
+    # A user name or uid, optionally ":group" (a group name or gid); None: vipd's own ids.
+    user: str | None = None
     security: bool = True  # false: run and read them whoever can change them (a risk)
 
 
@@ -1515,14 +1516,17 @@ class _Validator:
 
     def scripts(self, value: object) -> Scripts:
         sec = self.section("scripts", value, ("user", "security"))
-        user = sec.get("user", "nobody")
+        user = sec.get("user")
         name = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
         if isinstance(user, int) and not isinstance(user, bool):
             user = str(user)
-        if not isinstance(user, str) or not re.fullmatch(f"{name}(:{name})?", user):
+        if user is not None and (
+            not isinstance(user, str) or not re.fullmatch(f"{name}(:{name})?", user)
+        ):
             self.fail(
                 "scripts.user",
-                'must be a user name or uid, optionally with ":group" (a group name or gid)',
+                'must be a user name or uid, optionally with ":group" (a group name or gid), '
+                "or null (vipd's own)",
                 user,
             )
         security = sec.get("security", True)

@@ -37,7 +37,7 @@ from vipd import metrics
 from vipd.config import Notify, Scripts
 from vipd.election import Transition
 from vipd.notify import Hooks, Run
-from vipd.sandbox import AS_NOBODY, Drop, environment
+from vipd.sandbox import DEFAULT_SCRIPTS, Drop, environment
 
 OUTPUT_LIMIT = 400  # characters of a failing hook's output in its log line
 
@@ -50,7 +50,7 @@ class HookRunner:
         node: str,
         vip: str,
         log: logging.Logger,
-        scripts: Scripts = AS_NOBODY,
+        scripts: Scripts = DEFAULT_SCRIPTS,
     ) -> None:
         self.hooks = Hooks(cfg, node=node, vip=vip)
         self.drop = Drop.for_scripts(scripts)

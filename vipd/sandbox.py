@@ -22,9 +22,10 @@ What it is
        vipd still holds ``CAP_SETPCAP`` (without it, as in a pod that never granted it, the
        bounding set stays what the runtime gave, and step 1 keeps it unusable);
     3. ``PR_CAP_AMBIENT_CLEAR_ALL``;
-    4. the supplementary groups cleared, then the gid and uid set (real, effective, saved) to
-       the scripts' user, each only when it differs from vipd's own (so a vipd that is not
-       root can still run hooks as itself);
+    4. the supplementary groups cleared (kept only by a vipd without ``CAP_SETGID`` running
+       them as itself), then the gid and uid set (real, effective, saved) to the scripts'
+       user, each only when it differs from vipd's own (so a vipd that is not root, or a pod
+       without ``CAP_SETUID``, can still run them as itself);
     5. capset(2) with empty effective, permitted and inheritable sets, which also covers the
        user root (a change of uid to non-root clears them by itself).
 
@@ -91,7 +92,7 @@ def _last_cap() -> int:
         return 63  # probe every bit: the kernel answers EINVAL past its last
 
 
-AS_NOBODY = Scripts()  # the default scripts section: as nobody, checked
+DEFAULT_SCRIPTS = Scripts()  # as vipd's own user, checked
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +138,14 @@ class Drop:
         if cleared != 0 and ctypes.get_errno() != errno.EINVAL:  # EINVAL: no ambient sets
             self._call("PR_CAP_AMBIENT_CLEAR_ALL", cleared)
         uid, gid = self.who.uid, self.who.gid
-        if os.getgroups() and os.geteuid() == 0:
-            os.setgroups([])
+        if os.getgroups():
+            try:
+                os.setgroups([])
+            except PermissionError:
+                # No CAP_SETGID (a pod): only allowed when the ids stay vipd's own
+                # (`switch_problem` refused the rest at start), which keep their groups.
+                if (uid, gid) != (os.geteuid(), os.getegid()):
+                    raise
         if os.getresgid() != (gid, gid, gid):
             os.setresgid(gid, gid, gid)
         if os.getresuid() != (uid, uid, uid):
@@ -163,8 +170,7 @@ def switch_problem(who: Identity, effective: int | None = None) -> str | None:
     ``CAP_SETUID``/``CAP_SETGID``, which a pod must grant), or None."""
     caps = _effective() if effective is None else effective
     missing = []
-    regroup = os.getresgid() != (who.gid,) * 3 or (os.geteuid() == 0 and os.getgroups())
-    if regroup and not caps >> CAP_SETGID & 1:
+    if os.getresgid() != (who.gid,) * 3 and not caps >> CAP_SETGID & 1:
         missing.append("CAP_SETGID")
     if os.getresuid() != (who.uid,) * 3 and not caps >> CAP_SETUID & 1:
         missing.append("CAP_SETUID")
@@ -187,9 +193,12 @@ def read_node(path: str) -> script_security.Node | None:
     return script_security.Node(st.st_mode, st.st_uid, st.st_gid, target)
 
 
-def resolve_user(spec: str) -> tuple[int, int]:
-    """``scripts.user`` as (uid, gid): a name or uid from the user database, a number without
-    an entry as itself (its gid the same number); ``:group`` a group name or gid."""
+def resolve_user(spec: str | None) -> tuple[int, int]:
+    """``scripts.user`` as (uid, gid): None, vipd's own; a name or uid from the user
+    database, a number without an entry as itself (its gid the same number); ``:group`` a
+    group name or gid."""
+    if spec is None:
+        return os.geteuid(), os.getegid()
     name, _, group = spec.partition(":")
     try:
         entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)

@@ -29,7 +29,7 @@ from vipd import log as vlog
 from vipd import metrics
 from vipd.config import Scripts, Track
 from vipd.health.tracker import Outcome, Tracker
-from vipd.sandbox import AS_NOBODY, Drop, environment
+from vipd.sandbox import DEFAULT_SCRIPTS, Drop, environment
 from vipd.track import Adjustment, adjust, file_value
 
 
@@ -49,7 +49,7 @@ class TrackChecker:
         *,
         log: logging.Logger,
         clock: Callable[[], float] = time.monotonic,
-        scripts: Scripts = AS_NOBODY,
+        scripts: Scripts = DEFAULT_SCRIPTS,
     ) -> None:
         self.drop = Drop.for_scripts(scripts)
         self.on_change = on_change

@@ -37,9 +37,6 @@ class HookedVipd(VipdDaemon):
     def config(self) -> dict[str, Any]:
         out = super().config()
         out["notify"] = {"leader": self.hang, "all": self.record, "timeout": HANG_TIMEOUT}
-        # The hooks append to a file in the lab's private (0700) directory: as root, which
-        # still runs them without capabilities (tests/netns/test_scripts.py covers nobody).
-        out["scripts"] = {"user": "root"}
         return out
 
 

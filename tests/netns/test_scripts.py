@@ -4,8 +4,8 @@ start and on reload, and runs an accepted one without its own privileges.
 What it tests: a notify hook in a world-writable directory makes vipd exit 2 at start with
 one line naming ``notify.leader`` and the directory; a running leader whose file is rewritten
 to point at it refuses the SIGHUP (the running config kept, the old hook still the one that
-runs). A safe hook (root-owned 0755 in root-owned directories) run by the default
-``scripts.user`` (nobody) copies its own /proc status and initial environment out: uid
+runs). A safe hook (root-owned 0755 in root-owned directories) run as ``scripts.user``
+nobody copies its own /proc status and initial environment out: uid
 65534, empty capability sets (the bounding set included), no_new_privs, and only ``PATH`` and
 the ``VIPD_*`` variables, while vipd itself runs as root with every capability.
 """
@@ -39,6 +39,7 @@ class HookedVipd(VipdDaemon):
     def config(self) -> dict[str, Any]:
         out = super().config()
         out["notify"] = {"leader": self.leader}
+        out["scripts"] = {"user": "nobody"}  # vipd runs as root here: it may switch
         return out
 
 

@@ -30,7 +30,6 @@ class TrackedVipd(VipdDaemon):
     def config(self) -> dict[str, Any]:
         out = super().config()
         out["track"] = self.items
-        out["scripts"] = {"user": "root"}  # the script tests a flag in the lab's 0700 directory
         return out
 
 

@@ -6,9 +6,10 @@ What it tests: the real runners (`vipd.hooks.HookRunner`, `vipd.tracking.TrackCh
 script that copies its own /proc status and its initial environment (``/proc/$$/environ``,
 what execve(2) gave it, before the shell adds anything) to a file; the test reads them. Run
 as root, with vipd's full capability set (the test asserts it has them, so the check can
-fail), for ``scripts.user`` nobody (the default) and root: both end with empty effective,
-permitted, inheritable, ambient and bounding sets and no_new_privs. Needs root (skipped with
-the reason printed, failed under CI=true).
+fail), for ``scripts.user`` nobody and root: both end with empty effective,
+permitted, inheritable, ambient and bounding sets and no_new_privs; the default (null) keeps
+vipd's own ids (root here) and drops the same. Needs root (skipped with the reason printed,
+failed under CI=true).
 """
 
 from __future__ import annotations
@@ -77,9 +78,9 @@ def assert_dropped(st: dict[str, str], uid: int) -> None:
     assert st["Groups"] == ""
 
 
-@pytest.mark.parametrize(("user", "uid"), [("nobody", 65534), ("root", 0)])
+@pytest.mark.parametrize(("user", "uid"), [("nobody", 65534), ("root", 0), (None, 0)])
 def test_a_hook_runs_without_vipds_capabilities_and_environment(
-    probe: tuple[Path, Path], user: str, uid: int, monkeypatch: pytest.MonkeyPatch
+    probe: tuple[Path, Path], user: str | None, uid: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script, out = probe
     monkeypatch.setenv("VIPD_SECRET_TOKEN", "leaked")  # vipd's own environment
@@ -123,6 +124,7 @@ def test_a_tracked_script_runs_the_same_way(probe: tuple[Path, Path]) -> None:
             "vip": "10.0.0.100",
             "election": {"vrrp": {"vrid": 1}},
             "track": [{"name": "probe", "script": str(script), "interval": 5}],
+            "scripts": {"user": "nobody"},
         }
     )
 

@@ -164,7 +164,7 @@ def test_every_hook_and_tracked_path_is_checked_with_its_key() -> None:
 
 
 def test_scripts_keys() -> None:
-    assert config.parse(doc()).scripts == config.Scripts(user="nobody", security=True)
+    assert config.parse(doc()).scripts == config.Scripts(user=None, security=True)
     got = config.parse(doc(scripts={"user": 1000, "security": False})).scripts
     assert got == config.Scripts(user="1000", security=False)
     assert config.parse(doc(scripts={"user": "vipd-hooks:adm"})).scripts.user == "vipd-hooks:adm"
