@@ -87,12 +87,13 @@ DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
 # stayed within 3 ms of its time (bench/cpu_weight.py).
 CPU_REQUEST = "100m"
 # No CPU limit: CFS throttling would hold a due advert until the next period (100 ms), longer
-# than a 0.1 s advert interval. Memory (docs/operations.md#security, measured with /usr/bin/time
-# of the imports each mode loads): peak RSS 29 MiB for VRRP (28-42 MiB steady in
-# docs/benchmarks.md), 52 MiB with the Kubernetes client (Lease), 61 MiB with IPVS discovery
-# and pyroute2. The request is what the node keeps for it (about 2x the measured peak, so a
-# node under memory pressure evicts others first); the limit, 4x the largest, only stops a
-# leak before it hurts the control plane: an OOM kill of the leader is a failover.
+# than a 0.1 s advert interval. Memory (docs/operations.md#security): peak RSS of the imports
+# each mode loads 29 MiB for VRRP (28-42 MiB steady in docs/benchmarks.md), 52 MiB with the
+# Kubernetes client (Lease; 59 MiB running against a real API server), 61 MiB with IPVS
+# discovery and pyroute2. The request is what the node keeps for it (about 2x the measured
+# peak, so a node under memory pressure evicts others first); the limit, 4x the largest,
+# only stops a leak before it hurts the control plane: an OOM kill of the leader is a
+# failover.
 MEMORY_REQUEST = "64Mi"
 MEMORY_REQUEST_API = "128Mi"
 MEMORY_LIMIT = "256Mi"
