@@ -9,9 +9,9 @@ What it is
     ``..`` going back up, at most `MAX_LINKS` links. Every directory looked in, every link
     followed and the file reached is judged by `node_problem`, on plain `Node` records (what
     lstat(2) and readlink(2) return), so every rule is tested on hand-made trees. `problems`
-    applies it to every command and tracked file of a `Config`, and `check` turns the first
-    problem into a `ConfigError` naming the key (`vipd.sandbox.check` reads the host for it:
-    exit 2 at start, a refused reload).
+    applies it to every command and tracked file of a `Config`, one `ConfigError` naming the
+    key per problem (`vipd.sandbox.check` reads the host for it and raises the first: exit 2
+    at start, a refused reload).
 
 Rules, from keepalived's ``check_security`` and ``check_script_secure``
 (https://github.com/acassen/keepalived/blob/master/keepalived/core/notify.c):
