@@ -102,7 +102,13 @@ class Agent:
         self.instances = [
             Instance(
                 e,
-                HookRunner(cfg.notify, node=cfg.node, vip=",".join(map(str, e.vips)), log=self.log),
+                HookRunner(
+                    cfg.notify,
+                    node=cfg.node,
+                    vip=",".join(map(str, e.vips)),
+                    log=self.log,
+                    scripts=cfg.scripts,
+                ),
             )
             for e in elections
         ]

@@ -66,7 +66,12 @@ class CheckFeed:
         cfg = self._cfg()
         if not cfg.track:
             return None
-        tracks = TrackChecker(cfg.track, lambda a: self._guard(self.on_track, a), log=self.log)
+        tracks = TrackChecker(
+            cfg.track,
+            lambda a: self._guard(self.on_track, a),
+            log=self.log,
+            scripts=cfg.scripts,
+        )
         for e in self.elections:
             e.on_track(tracks.adjustment())  # every track starts down
         tracks.start()

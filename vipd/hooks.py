@@ -6,7 +6,9 @@ What it is
     transition, i.e. after the VIP was bound and its first gratuitous ARP sent (or removed);
     it only queues. One task takes the queue in order and runs each command with
     ``asyncio.create_subprocess_exec`` in a session of its own (so a hook's children are
-    killed with it), stdin closed, stdout and stderr captured for the log. A hook that
+    killed with it), stdin closed, stdout and stderr captured for the log, as
+    ``scripts.user`` with no capabilities and only ``PATH`` and its ``VIPD_*`` variables in
+    its environment (`vipd.sandbox`). A hook that
     outlives the timeout has its process group killed; one that fails, times out or cannot
     start is logged and counted (``vipd_notify_total{hook,result}``) and the next one runs.
     Nothing waits for a hook but the next hook: a hook that hangs delays later hooks by at
@@ -27,20 +29,31 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import time
 
 from vipd import log as vlog
 from vipd import metrics
-from vipd.config import Notify
+from vipd.config import Notify, Scripts
 from vipd.election import Transition
 from vipd.notify import Hooks, Run
+from vipd.sandbox import DEFAULT_SCRIPTS, Drop, environment
 
 OUTPUT_LIMIT = 400  # characters of a failing hook's output in its log line
 
 
 class HookRunner:
-    def __init__(self, cfg: Notify, *, node: str, vip: str, log: logging.Logger) -> None:
+    def __init__(
+        self,
+        cfg: Notify,
+        *,
+        node: str,
+        vip: str,
+        log: logging.Logger,
+        scripts: Scripts = DEFAULT_SCRIPTS,
+    ) -> None:
         self.hooks = Hooks(cfg, node=node, vip=vip)
+        self.drop = Drop.for_scripts(scripts)
         self.log = log
         self._queue: asyncio.Queue[Run] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -50,9 +63,12 @@ class HookRunner:
     def cfg(self) -> Notify:
         return self.hooks.cfg
 
-    def reconfigure(self, cfg: Notify) -> None:
-        """A reload: the next state change runs the new commands, with the new timeout."""
+    def reconfigure(self, cfg: Notify, scripts: Scripts | None = None) -> None:
+        """A reload: the next state change runs the new commands, with the new timeout (and
+        as the new ``scripts.user``)."""
         self.hooks.cfg = cfg
+        if scripts is not None:
+            self.drop = Drop.for_scripts(scripts)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._worker(), name="notify")
@@ -97,11 +113,12 @@ class HookRunner:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, **run.env},
+                env=environment(run.env),
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=self.drop,
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             vlog.event(
                 self.log,
                 logging.ERROR,

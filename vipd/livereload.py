@@ -85,9 +85,9 @@ def apply(
     if ipvs is not None:
         ipvs.reconfigure(new)
     for inst in instances:
-        inst.hooks.reconfigure(new.notify)
+        inst.hooks.reconfigure(new.notify, new.scripts)
     if tracks is not None:
-        tracks.reconfigure(new.track)
+        tracks.reconfigure(new.track, new.scripts)
     for inst in instances:
         inst.election.reconfigure(new)
     if health is not None and new.health is not None:

@@ -9,7 +9,8 @@ What it is
 
     Live (``LIVE``): the VRRP priority, preemption and its delay, the health checks (every key
     but ``health.local``), the gratuitous ARP policy, the log level, the IPVS scheduler and
-    backends, and the notify hooks. None of these moves the VIP by itself: a new priority goes
+    backends, the notify hooks, the tracked checks and ``scripts`` (a reload is checked by
+    `vipd.script_security` like a start). None of these moves the VIP by itself: a new priority goes
     through the state machine like a health change does (RFC 9568 §6.4.2/§6.4.3: a backup
     that now outranks the leader preempts it on its next down timer, if preemption is on),
     and nothing re-announces the VIP.
@@ -51,6 +52,7 @@ LIVE: tuple[str, ...] = (
     "ipvs.backends",
     "notify.",
     "track",
+    "scripts.",
 )
 
 

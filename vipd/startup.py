@@ -83,6 +83,7 @@ def load(path: str | None) -> tuple[Config, Preflight]:
 
     try:
         cfg = read_config(path)
+        check_scripts(cfg)
         pre = preflight.check_host(cfg, preflight.read_host())
         check_ca_file(cfg)
         check_lease(cfg)
@@ -101,6 +102,7 @@ def reloader(path: str | None) -> Callable[[], Config] | None:
     def load() -> Config:
         cfg = read_config(path)
         check_ca_file(cfg)
+        check_scripts(cfg)
         return cfg
 
     return load
@@ -117,6 +119,13 @@ def check_ca_file(cfg: Config) -> None:
         make_ssl_context(cfg.health.ca_file)
     except ValueError as exc:
         raise config.ConfigError("health.ca_file", str(exc)) from None
+
+
+def check_scripts(cfg: Config) -> None:
+    """Hooks and tracked scripts/files that others could change are refused (start, reload)."""
+    from vipd import sandbox
+
+    sandbox.check(cfg)
 
 
 def check_lease(cfg: Config) -> None:

@@ -2,7 +2,9 @@
 
 What it is
     `TrackChecker` runs one task per track: every ``interval`` a script (in a session of its
-    own, stdin closed, killed with its process group after ``timeout``; exit 0 = up) or a
+    own, stdin closed, killed with its process group after ``timeout``; exit 0 = up; as
+    ``scripts.user`` with no capabilities and only ``PATH`` and ``VIPD_TRACK``, the track's
+    name, in its environment: `vipd.sandbox`) or a
     read of a file (`vipd.track.file_value`), fed into a rise/fall
     `vipd.health.tracker.Tracker` (a track starts down). Whenever a track goes up or down,
     or an up file's value changes, ``on_change(Adjustment)`` gets the new sum
@@ -19,13 +21,15 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 
 from vipd import log as vlog
 from vipd import metrics
-from vipd.config import Track
+from vipd.config import Scripts, Track
 from vipd.health.tracker import Outcome, Tracker
+from vipd.sandbox import DEFAULT_SCRIPTS, Drop, environment
 from vipd.track import Adjustment, adjust, file_value
 
 
@@ -45,7 +49,9 @@ class TrackChecker:
         *,
         log: logging.Logger,
         clock: Callable[[], float] = time.monotonic,
+        scripts: Scripts = DEFAULT_SCRIPTS,
     ) -> None:
+        self.drop = Drop.for_scripts(scripts)
         self.on_change = on_change
         self.log = log
         self.clock = clock
@@ -78,9 +84,11 @@ class TrackChecker:
             if s.task is not None:
                 s.task.cancel()
 
-    def reconfigure(self, tracks: tuple[Track, ...]) -> None:
+    def reconfigure(self, tracks: tuple[Track, ...], scripts: Scripts | None = None) -> None:
         """A reload: a track of the same name keeps its up/down state (so a reload never
         lowers the priority by itself); new tracks start down, removed ones stop."""
+        if scripts is not None:
+            self.drop = Drop.for_scripts(scripts)
         old = self._states
         self._states = {}
         for t in tracks:
@@ -141,10 +149,14 @@ class TrackChecker:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
+                env=environment({"VIPD_TRACK": t.name}),
                 start_new_session=True,
+                preexec_fn=self.drop,
             )
         except OSError as exc:
             return False, 0, f"cannot run {t.script[0]}: {exc.strerror or exc}"
+        except subprocess.SubprocessError as exc:  # the privilege drop failed in the child
+            return False, 0, f"cannot run {t.script[0]}: {exc}"
         try:
             async with asyncio.timeout(t.timeout):
                 code = await proc.wait()

@@ -3,11 +3,12 @@
 For each config below, ``helm template`` with values equal to the config (plus the image,
 namespace and handover options) and ``vipd manifest daemonset`` + ``vipd manifest rbac`` with
 the matching options render YAML streams that are parsed and compared object by object. The
-configs in ``$VIPD_CONFIG`` are compared as vipd reads them (`vipd.config.parse`: the same
-effective config, whatever the key order or the defaults left out); everything else must be
-equal as data. Both sets pass the strict ``kubernetes-validate`` check of
-tests/unit/test_manifest.py. ``helm lint`` passes, and the chart's PodMonitor and
-ServiceMonitor are the ones in manifests/monitoring/.
+configs in the ConfigMap are compared as vipd reads them (`vipd.config.parse`: the same
+effective config, whatever the key order or the defaults left out), and so the DaemonSet's
+config hash annotation is only required on both; everything else must be equal as data. Both
+sets pass the strict ``kubernetes-validate`` check of tests/unit/test_manifest.py. ``helm
+lint`` passes, and the chart's PodMonitor and ServiceMonitor are the ones in
+manifests/monitoring/.
 
 ``helm`` is the binary ``scripts/setup-kube`` builds from helm.sh/helm/v3 (``$VIPD_KUBE_BIN``,
 else the newest build under ``$VIPD_KUBE_CACHE`` or /var/cache/vipd-kube), else one on PATH;
@@ -224,15 +225,19 @@ def effective(text: str) -> config.Config:
     return config.parse(yaml.safe_load(text), env={"NODE_NAME": "n1"}, hostname=None)
 
 
+HASH = "vipd.io/config-sha256"
+
+
 def split_config(obj: dict[str, Any]) -> tuple[dict[str, Any], config.Config | None]:
-    """The object without the $VIPD_CONFIG text, and that config as vipd reads it."""
-    if obj["kind"] != "DaemonSet":
-        return obj, None
+    """The object without the config text (the ConfigMap's) or its hash (the DaemonSet's
+    annotation, of a text written in another key order), and that config as vipd reads it."""
     obj = yaml.safe_load(yaml.safe_dump(obj))  # a copy
-    (container,) = obj["spec"]["template"]["spec"]["containers"]
-    (entry,) = [e for e in container["env"] if e["name"] == "VIPD_CONFIG"]
-    text = entry.pop("value")
-    return obj, effective(text)
+    if obj["kind"] == "DaemonSet":
+        annotations = obj["spec"]["template"]["metadata"]["annotations"]
+        assert len(annotations.pop(HASH)) == 64
+    if obj["kind"] != "ConfigMap":
+        return obj, None
+    return obj, effective(obj["data"].pop("vipd.yaml"))
 
 
 def by_identity(objs: list[Any]) -> dict[tuple[str, str, str], Any]:
@@ -253,7 +258,7 @@ def differences(ours: list[Any], theirs: list[Any]) -> list[str]:
         if obj_a != obj_b:
             found.append(f"{key} differs:\n{yaml.safe_dump(obj_a)}\nvs\n{yaml.safe_dump(obj_b)}")
         if cfg_a != cfg_b:
-            found.append(f"{key}: $VIPD_CONFIG differs: {cfg_a} vs {cfg_b}")
+            found.append(f"{key}: the config differs: {cfg_a} vs {cfg_b}")
     return found
 
 
@@ -276,7 +281,7 @@ def test_chart_renders_what_vipd_manifest_renders(
     if cfg.get("ipvs", {}).get("discovery", {}).get("enabled"):
         namespaces.add("default")
     api = ["Role", "RoleBinding"] * len(namespaces) + ["ServiceAccount"] if namespaces else []
-    assert sorted(o["kind"] for o in ours) == sorted(["DaemonSet", *api])
+    assert sorted(o["kind"] for o in ours) == sorted(["ConfigMap", "DaemonSet", *api])
     assert {o["metadata"]["namespace"] for o in ours if o["kind"] == "Role"} == namespaces
     for obj in ours:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -289,10 +294,11 @@ def test_the_comparison_sees_a_drift(tmp_path: Path) -> None:
     assert not differences(ours, theirs)
     # The grace period, and a config that reads differently, are both caught.
     drifted = yaml.safe_load(yaml.safe_dump(ours))
-    drifted[0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] += 1
+    (ds,) = [o for o in drifted if o["kind"] == "DaemonSet"]
+    ds["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] += 1
     assert differences(drifted, theirs)
     other = chart_objects(values_for({**cfg, "garp": {"repeat": 2}}, {}), tmp_path, "kube-system")
-    assert any("VIPD_CONFIG" in d for d in differences(other, theirs))
+    assert any("the config differs" in d for d in differences(other, theirs))
 
 
 def test_helm_lint_is_clean() -> None:
@@ -317,7 +323,8 @@ def test_chart_scrape_objects_are_the_ones_in_manifests_monitoring(
     kind: str, tmp_path: Path
 ) -> None:
     values = values_for(CASES[0][1], {"monitoring": {kind: {"enabled": True}}})
-    ours = [o for o in chart_objects(values, tmp_path, "kube-system") if o["kind"] != "DaemonSet"]
+    objs = chart_objects(values, tmp_path, "kube-system")
+    ours = [o for o in objs if o["kind"] not in ("DaemonSet", "ConfigMap")]
     name = "vipd-podmonitor.yaml" if kind == "podMonitor" else "vipd-servicemonitor.yaml"
     committed = docs((MONITORING / name).read_text())
     assert ours == committed

@@ -80,13 +80,16 @@ def test_discovery_follows_an_api_server_stopped_and_restarted(
         "backends": [node.ipv4],
         "discovery": {"enabled": True, "interval": INTERVAL},
     }
-    (ds,) = [d for d in _render(bed, cfg, "daemonset") if d["kind"] == "DaemonSet"]
+    rendered = _render(bed, cfg, "daemonset")
+    (ds,) = [d for d in rendered if d["kind"] == "DaemonSet"]
+    (config_map,) = [d for d in rendered if d["kind"] == "ConfigMap"]
     pod = ds["spec"]["template"]["spec"]
     account = pod["serviceAccountName"]
     assert pod.get("automountServiceAccountToken", True) is True, pod
     (container,) = [c for c in pod["containers"] if c["name"] == "vipd"]
     env = _container_env(container, node)
-    config_text = env.pop("VIPD_CONFIG")
+    assert "VIPD_CONFIG" not in env  # the config is the ConfigMap's file
+    config_text = config_map["data"]["vipd.yaml"]
     in_pod = yaml.safe_load(config_text)
     assert "kubeconfig" not in in_pod["ipvs"]["discovery"], in_pod  # so: the token
 

@@ -110,10 +110,17 @@ def test_container_takes_part_in_the_election_with_only_two_capabilities(
         [sys.executable, "-m", "vipd", "manifest", "daemonset", "--config", str(config)],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    ds = yaml.safe_load(rendered.split("---\n", 1)[1])
+    objs = [d for d in yaml.safe_load_all(rendered) if d]
+    (ds,) = [d for d in objs if d["kind"] == "DaemonSet"]
+    (config_map,) = [d for d in objs if d["kind"] == "ConfigMap"]
     (c,) = ds["spec"]["template"]["spec"]["containers"]
     caps = c["securityContext"]["capabilities"]
-    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    # The ConfigMap's files, mounted where the DaemonSet mounts them (read-only).
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "config"]
+    config_dir = lab.workdir / "etc-vipd"
+    config_dir.mkdir()
+    for key, text in config_map["data"].items():
+        (config_dir / key).write_text(text)
     n3 = lab.node("n3")
     name = f"vipd-{lab.prefix}-{secrets.token_hex(2)}"
     args = [
@@ -124,7 +131,7 @@ def test_container_takes_part_in_the_election_with_only_two_capabilities(
         *(["--read-only"] if c["securityContext"]["readOnlyRootFilesystem"] else []),
         "--security-opt=no-new-privileges",
         "-e", "NODE_NAME=n3", "-e", "VIPD_PRIORITY=200",
-        "-e", f"VIPD_CONFIG={env['VIPD_CONFIG']}",
+        "-v", f"{config_dir}:{mount['mountPath']}:ro",
         IMAGE, *c["args"],
     ]  # fmt: skip
     log = lab.workdir / "n3-container.log"

@@ -166,6 +166,8 @@ FLOORS = {
     "vipd.notify": "core",
     "vipd.reload": "core",
     "vipd.track": "core",
+    "vipd.script_security": "core",
+    "vipd.sandbox": "host",
     "vipd.health": "core",
     "vipd.health.checker": "drivers",
     "vipd.vrrp": "drivers",

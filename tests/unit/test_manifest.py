@@ -5,6 +5,7 @@ tolerations, update strategy, the adopt init container, RBAC limited to one Leas
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +27,12 @@ K8S_VERSION = kubernetes_validate.latest_version()
 # (committed file, source config, extra CLI arguments)
 EXAMPLES = [
     ("vrrp/pod.yaml", "vipd.yaml", ["pod"]),
+    ("vrrp/config.yaml", "vipd.yaml", ["config"]),
     ("vrrp/daemonset.yaml", "vipd.yaml", ["daemonset"]),
     ("vrrp/rbac.yaml", "vipd.yaml", ["rbac"]),
     ("lease/pod.yaml", "vipd-lease.yaml", ["pod"]),
     ("lease/pod-super-admin.yaml", "vipd-lease.yaml", ["pod", "--super-admin"]),
+    ("lease/config.yaml", "vipd-lease.yaml", ["config"]),
     ("lease/daemonset.yaml", "vipd-lease.yaml", ["daemonset"]),
     ("lease/rbac.yaml", "vipd-lease.yaml", ["rbac"]),
 ]
@@ -52,6 +55,25 @@ def load(name: str) -> list[dict[str, Any]]:
 def one(name: str) -> dict[str, Any]:
     (obj,) = load(name)
     return obj
+
+
+def workload(name: str) -> dict[str, Any]:
+    """The Pod or the DaemonSet of a committed file (a DaemonSet's comes with its ConfigMap)."""
+    (obj,) = [o for o in load(name) if o["kind"] in ("Pod", "DaemonSet")]
+    return obj
+
+
+def pod_config(name: str) -> dict[str, Any]:
+    """The config the pod of a committed file reads: the static pod's file beside it
+    (``vipd manifest config``), the DaemonSet's ConfigMap."""
+    if name.endswith("daemonset.yaml"):
+        (cm,) = [o for o in load(name) if o["kind"] == "ConfigMap"]
+        text = cm["data"]["vipd.yaml"]
+    else:
+        text = (MANIFESTS / name.split("/")[0] / "config.yaml").read_text()
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +103,7 @@ def test_committed_example_is_what_the_generator_prints(
     )
 
 
-@pytest.mark.parametrize("committed", [e[0] for e in EXAMPLES])
+@pytest.mark.parametrize("committed", [e[0] for e in EXAMPLES if "config" not in e[0]])
 def test_example_validates_against_the_kubernetes_schema(committed: str) -> None:
     for obj in load(committed):
         # Raises ValidationError naming the field on a schema violation.
@@ -89,7 +111,7 @@ def test_example_validates_against_the_kubernetes_schema(committed: str) -> None
 
 
 def test_the_schema_check_catches_a_broken_object() -> None:
-    obj = one("vrrp/daemonset.yaml")
+    obj = workload("vrrp/daemonset.yaml")
     pod_spec(obj)["tolerations"] = [{"operator": "Exists", "tolerationSeconds": "forever"}]
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -104,7 +126,7 @@ def test_the_schema_check_catches_a_broken_object() -> None:
     ["vrrp/pod.yaml", "vrrp/daemonset.yaml", "lease/pod.yaml", "lease/daemonset.yaml"],
 )
 def test_vipd_container_has_only_the_two_capabilities_and_its_probes(committed: str) -> None:
-    obj = one(committed)
+    obj = workload(committed)
     spec = pod_spec(obj)
     assert spec["hostNetwork"] is True
     assert spec["priorityClassName"] == "system-node-critical"
@@ -125,13 +147,13 @@ def test_vipd_container_has_only_the_two_capabilities_and_its_probes(committed: 
     for probe in (c["livenessProbe"], c["readinessProbe"]):
         assert probe["httpGet"]["port"] == 2112
     assert env(c)["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert c["args"] == ["run"]
+    assert c["args"] == ["run", "--config", "/etc/vipd/vipd.yaml"]
 
 
 @pytest.mark.parametrize("mode", ["vrrp", "lease"])
 def test_daemonset_hands_over_from_the_static_pod(mode: str) -> None:
-    ds = one(f"{mode}/daemonset.yaml")
-    static = one(f"{mode}/pod.yaml")
+    ds = workload(f"{mode}/daemonset.yaml")
+    static = workload(f"{mode}/pod.yaml")
     spec = pod_spec(ds)
     strategy = ds["spec"]["updateStrategy"]
     assert strategy == {
@@ -166,8 +188,8 @@ def test_daemonset_hands_over_from_the_static_pod(mode: str) -> None:
     # The same capabilities, identity and election as the static pod.
     assert main["securityContext"] == main_container(static)["securityContext"]
     assert env(main)["NODE_NAME"] == env(main_container(static))["NODE_NAME"]
-    ds_cfg = yaml.safe_load(env(main)["VIPD_CONFIG"])
-    static_cfg = yaml.safe_load(env(main_container(static))["VIPD_CONFIG"])
+    ds_cfg = pod_config(f"{mode}/daemonset.yaml")
+    static_cfg = pod_config(f"{mode}/pod.yaml")
     if mode == "vrrp":
         assert ds_cfg == static_cfg
         assert spec["automountServiceAccountToken"] is False
@@ -244,9 +266,16 @@ def test_embedded_config_is_the_users_config_without_node(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     assert "node ('cp-1') left out" in out.stderr
     c = main_container(docs(out.stdout)[0])
-    embedded = config.parse(yaml.safe_load(env(c)["VIPD_CONFIG"]), env={"NODE_NAME": "cp-2"})
+    assert c["args"] == ["run", "--config", "/etc/vipd/vipd.yaml"]
+    out = vipd("manifest", "config", "--config", str(src))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("# vipd ") and "/etc/vipd/vipd.yaml" in out.stdout
+    embedded = config.parse(yaml.safe_load(out.stdout), env={"NODE_NAME": "cp-2"})
     original = config.load(str(src), env={"VIPD_NODE": "cp-2"})
     assert embedded == original
+    (cm, _) = docs(vipd("manifest", "daemonset", "--config", str(src)).stdout)
+    in_map = config.parse(yaml.safe_load(cm["data"]["vipd.yaml"]), env={"NODE_NAME": "cp-2"})
+    assert in_map == original
 
 
 def test_grace_period_outlasts_the_longest_graceful_stop() -> None:
@@ -287,8 +316,8 @@ def test_loopback_metrics_endpoint_is_probed_on_loopback() -> None:
     assert c["livenessProbe"]["httpGet"]["host"] == "127.0.0.1"
 
 
-def test_vipd_reads_the_config_from_the_environment_as_the_pods_do() -> None:
-    c = main_container(one("vrrp/daemonset.yaml"))
+def test_vipd_still_reads_a_config_from_the_environment() -> None:
+    """Without --config, $VIPD_CONFIG (what the manifests of earlier versions carried)."""
     base = {"PATH": "/usr/bin:/bin", "NODE_NAME": "cp-2"}
     run = [sys.executable, "-m", "vipd", "check"]
     bad = subprocess.run(
@@ -297,9 +326,9 @@ def test_vipd_reads_the_config_from_the_environment_as_the_pods_do() -> None:
     assert bad.returncode == 2 and bad.stderr.startswith("vipd: config error: $VIPD_CONFIG")
     none = subprocess.run(run, env=base, capture_output=True, text=True, check=False)
     assert none.returncode == 2 and "$VIPD_CONFIG" in none.stderr
-    # The embedded config itself is valid (the host check may still fail here: no 10.0.0.0/24).
-    data = config.read_text(env(c)["VIPD_CONFIG"], "$VIPD_CONFIG")
-    assert config.parse(data, env={"NODE_NAME": "cp-2"}).node == "cp-2"
+    # The pods' config files are valid (the host check may still fail here: no 10.0.0.0/24).
+    for name in ("vrrp/pod.yaml", "vrrp/daemonset.yaml"):
+        assert config.parse(pod_config(name), env={"NODE_NAME": "cp-2"}).node == "cp-2"
 
 
 def test_files_the_config_names_are_mounted_from_the_node_in_both_pods() -> None:
@@ -313,18 +342,22 @@ def test_files_the_config_names_are_mounted_from_the_node_in_both_pods() -> None
         "hostPath": {"path": "/etc/kubernetes/pki/ca.crt", "type": "File"},
     }
     for name in ("vrrp/pod.yaml", "vrrp/daemonset.yaml"):
-        obj = one(name)
-        assert main_container(obj)["volumeMounts"] == [TMP_MOUNT, want_mount], name
+        obj = workload(name)
+        assert main_container(obj)["volumeMounts"] == [TMP_MOUNT, CONFIG_MOUNT, want_mount], name
         assert want_volume in pod_spec(obj)["volumes"], name
 
 
 TMP_MOUNT = {"name": "tmp", "mountPath": "/tmp"}
+CONFIG_MOUNT = {"name": "config", "mountPath": "/etc/vipd", "readOnly": True}
 
 
-@pytest.mark.parametrize("committed", [e[0] for e in EXAMPLES if "rbac" not in e[0]])
+WORKLOADS = [e[0] for e in EXAMPLES if "pod" in e[0] or "daemonset" in e[0]]
+
+
+@pytest.mark.parametrize("committed", WORKLOADS)
 def test_read_only_root_with_a_small_memory_tmp(committed: str) -> None:
     # The Kubernetes client writes a kubeconfig's embedded certificates to temporary files.
-    obj = one(committed)
+    obj = workload(committed)
     assert main_container(obj)["securityContext"]["readOnlyRootFilesystem"] is True
     assert TMP_MOUNT in main_container(obj)["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}} in pod_spec(obj)[
@@ -336,14 +369,14 @@ def test_node_label_gates_the_daemonset_for_a_first_roll_one_node_at_a_time() ->
     out = vipd("manifest", "daemonset", "--node-label", "vipd.example/handover", "--config",
                "vipd.yaml")  # fmt: skip
     assert out.returncode == 0, out.stderr
-    (term,) = pod_spec(docs(out.stdout)[0])["affinity"]["nodeAffinity"][
+    (term,) = pod_spec(docs(out.stdout)[1])["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
     assert term["matchExpressions"] == [
         {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
         {"key": "vipd.example/handover", "operator": "Exists"},
     ]
-    kubernetes_validate.validate(docs(out.stdout)[0], K8S_VERSION, strict=True)
+    kubernetes_validate.validate(docs(out.stdout)[1], K8S_VERSION, strict=True)
 
 
 @pytest.mark.parametrize("mode", ["vrrp", "lease"])
@@ -372,13 +405,13 @@ def test_ipvs_discovery_gets_a_token_and_may_list_and_watch_endpointslices(
     assert ("kube-system" in roles) == (mode == "lease")
     out = vipd("manifest", "daemonset", "--config", str(src))
     assert out.returncode == 0, out.stderr
-    (ds,) = docs(out.stdout)
+    (cm, ds) = docs(out.stdout)
     spec = pod_spec(ds)
     assert spec["serviceAccountName"] == "vipd"
     assert spec.get("automountServiceAccountToken", True) is True
     c = main_container(ds)
     assert env(c)["KUBERNETES_SERVICE_HOST"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
-    embedded = yaml.safe_load(env(c)["VIPD_CONFIG"])
+    embedded = yaml.safe_load(cm["data"]["vipd.yaml"])
     assert "kubeconfig" not in embedded["ipvs"]["discovery"]  # the token, not a host file
 
 
@@ -400,10 +433,14 @@ def test_vrrp_static_pod_with_ipvs_discovery_mounts_the_kubeconfig(
     c = main_container(pod)
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["kubeconfig"]["mountPath"] == "/etc/kubernetes/admin.conf"
-    embedded = yaml.safe_load(env(c)["VIPD_CONFIG"])
+    out = vipd("manifest", "config", "--config", str(src))
+    assert out.returncode == 0, out.stderr
+    embedded = yaml.safe_load(out.stdout)
     assert embedded["ipvs"]["discovery"]["kubeconfig"] == "/etc/kubernetes/admin.conf"
     assert "lease" not in embedded["election"]
-    assert f"kubeconfig from the host: {host}" in out.stdout
+    pod_text = vipd("manifest", "pod", *(["--super-admin"] if super_admin else []), "--config",
+                    str(src)).stdout  # fmt: skip
+    assert f"kubeconfig from the host: {host}" in pod_text
     kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
 
 
@@ -460,3 +497,89 @@ def test_a_name_that_is_not_a_dns_label_is_exit_2(name: str) -> None:
     out = vipd("manifest", "daemonset", f"--name={name}", "--config", "vipd.yaml")
     assert out.returncode == 2 and out.stdout == "", out
     assert "--name must be a DNS-1123 label" in out.stderr
+
+
+# -- least privilege (docs/operations.md#security) ---------------------------------------------
+
+
+@pytest.mark.parametrize("committed", WORKLOADS)
+def test_seccomp_runtime_default_and_a_memory_request_and_limit(committed: str) -> None:
+    obj = workload(committed)
+    assert pod_spec(obj)["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    res = main_container(obj)["resources"]
+    api = committed.startswith("lease/")
+    assert res == {
+        "requests": {"cpu": "100m", "memory": "128Mi" if api else "64Mi"},
+        "limits": {"memory": "256Mi"},  # no CPU limit: throttling would delay adverts
+    }
+
+
+@pytest.mark.parametrize("committed", WORKLOADS)
+def test_the_config_is_a_read_only_file_never_an_environment_variable(committed: str) -> None:
+    obj = workload(committed)
+    c = main_container(obj)
+    assert all(e["name"] != "VIPD_CONFIG" for e in c["env"])
+    assert all("election" not in str(e.get("value", "")) for e in c["env"])
+    assert CONFIG_MOUNT in c["volumeMounts"]
+    (vol,) = [v for v in pod_spec(obj)["volumes"] if v["name"] == "config"]
+    if obj["kind"] == "Pod":
+        # A static pod cannot use a ConfigMap: the node's /etc/vipd, the directory (an editor
+        # replacing the file would leave a single-file bind mount on the old inode).
+        assert vol == {"name": "config", "hostPath": {"path": "/etc/vipd", "type": "Directory"}}
+        assert c["args"][-1] == "/etc/vipd/vipd.yaml"
+        assert "Its config: /etc/vipd/vipd.yaml" in (MANIFESTS / committed).read_text()
+    else:
+        assert vol == {"name": "config", "configMap": {"name": "vipd"}}
+        (cm,) = [o for o in load(committed) if o["kind"] == "ConfigMap"]
+        assert cm["metadata"]["namespace"] == obj["metadata"]["namespace"]
+        assert c["args"][-1] == "/etc/vipd/" + next(iter(cm["data"]))
+        # A config change is a new pod template: the DaemonSet rolls it out.
+        note = obj["spec"]["template"]["metadata"]["annotations"]["vipd.io/config-sha256"]
+        assert note == hashlib.sha256(cm["data"]["vipd.yaml"].encode()).hexdigest()
+
+
+def test_a_new_config_rolls_the_daemonset() -> None:
+    base = {"vip": "10.0.0.100", "election": {"vrrp": {"vrid": 1}}}
+    opts = manifest.Options()
+    a = manifest.daemonset(manifest.plan(base), opts)
+    b = manifest.daemonset(manifest.plan({**base, "garp": {"repeat": 2}}), opts)
+    assert a["spec"]["template"] != b["spec"]["template"]
+    assert a == manifest.daemonset(manifest.plan(dict(base)), opts)
+
+
+def _render(kind: str, text: str, tmp_path: Path) -> list[dict[str, Any]]:
+    src = tmp_path / "vipd.yaml"
+    src.write_text(text)
+    out = vipd("manifest", kind, "--config", str(src))
+    assert out.returncode == 0, out.stderr
+    return docs(out.stdout)
+
+
+@pytest.mark.parametrize(
+    ("extra", "api"),
+    [
+        ("election: {vrrp: {vrid: 7}}\n", False),
+        ("election: {vrrp: {vrid: 7}}\nhealth: {}\nipvs: {enabled: true, backends: [10.0.0.11]}\n",
+         False),
+        ("election: {mode: lease}\n", True),
+        ("election: {vrrp: {vrid: 7}}\nhealth: {}\n"
+         "ipvs: {enabled: true, backends: [10.0.0.11], discovery: {enabled: true}}\n", True),
+    ],
+)  # fmt: skip
+def test_kubernetes_credentials_only_where_the_mode_needs_them(
+    tmp_path: Path, extra: str, api: bool
+) -> None:
+    text = "vip: 10.0.0.100\ninterface: eth0\n" + extra
+    (pod,) = _render("pod", text, tmp_path)
+    (_, ds) = _render("daemonset", text, tmp_path)
+    spec = pod_spec(pod)
+    assert spec["automountServiceAccountToken"] is False  # a static pod never has a token
+    mounted = {m["mountPath"] for m in main_container(pod)["volumeMounts"]}
+    assert ("/etc/kubernetes/admin.conf" in mounted) == api
+    assert any(v["name"] == "kubeconfig" for v in spec["volumes"]) == api
+    ds_spec = pod_spec(ds)
+    assert ds_spec.get("automountServiceAccountToken", True) is api
+    assert ("serviceAccountName" in ds_spec) == api
+    assert (_render("rbac", text, tmp_path) != []) == api
+    memory = main_container(pod)["resources"]["requests"]["memory"]
+    assert memory == ("128Mi" if api else "64Mi")

@@ -11,6 +11,7 @@ controller acted (the VIP bound and announced before any hook starts).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -27,6 +28,10 @@ def notify(**keys: object) -> config.Notify:
     return config.parse(
         {"node": "n1", "vip": "10.0.0.100", "election": {"vrrp": {"vrid": 1}}, "notify": keys}
     ).notify
+
+
+# The tests' hooks write into the test's private directory: they run as the test's own user.
+SELF = config.Scripts(user=str(os.getuid()))
 
 
 def t(role: str, label: str) -> Transition:
@@ -94,7 +99,7 @@ def test_the_runner_keeps_order_kills_a_hung_hook_and_counts(tmp_path: Path) -> 
 
     async def main() -> tuple[float, HookRunner]:
         cfg = notify(leader=hang, backup=fail, fault="/nonexistent/hook", all=record, timeout=0.3)
-        runner = HookRunner(cfg, node="n1", vip="10.0.0.100", log=get())
+        runner = HookRunner(cfg, node="n1", vip="10.0.0.100", log=get(), scripts=SELF)
         runner.start()
         started = time.monotonic()
         runner.on_transition(t(FOLLOWER, "start"))
@@ -127,7 +132,7 @@ def test_the_agent_queues_hooks_after_the_vip_is_bound(tmp_path: Path) -> None:
     record = script(tmp_path, "record", f'echo "$2" >> {out}')
 
     async def scenario(n: Node) -> None:
-        n.agent.hooks.reconfigure(notify(all=record))
+        n.agent.hooks.reconfigure(notify(all=record), SELF)
         seen: list[list[str]] = []
         real = n.agent.hooks.on_transition
 

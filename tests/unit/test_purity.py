@@ -43,6 +43,7 @@ PURE = [
     "reload.py",
     "notify.py",
     "track.py",
+    "script_security.py",
 ]
 FORBIDDEN = {
     "asyncio",

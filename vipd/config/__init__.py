@@ -72,6 +72,7 @@ from vipd.config.sections import (
     LogLevel,
     Metrics,
     Notify,
+    Scripts,
     Track,
 )
 from vipd.config.source import ENV_OVERRIDES, errors, load, parse, read_text
@@ -98,6 +99,7 @@ __all__ = [
     "LogLevel",
     "Metrics",
     "Notify",
+    "Scripts",
     "Track",
     "Vrrp",
     "errors",

@@ -21,7 +21,17 @@ from typing import Any
 from vipd.config.election import Election, read_election
 from vipd.config.rules import IPAddress, ip_literal, vip_problem
 from vipd.config.schema import Check, fields_of, keys_of, read_key, spec
-from vipd.config.sections import Garp, Health, Ipvs, Log, Metrics, Notify, Track, read_tracks
+from vipd.config.sections import (
+    Garp,
+    Health,
+    Ipvs,
+    Log,
+    Metrics,
+    Notify,
+    Scripts,
+    Track,
+    read_tracks,
+)
 
 __all__ = ["Config", "read_config"]
 
@@ -119,6 +129,7 @@ class Config:
     track: tuple[Track, ...] = field(
         default=(), metadata=spec(read_tracks, section=Track, many=True)
     )
+    scripts: Scripts = field(default=Scripts(), metadata=spec(section=Scripts))
 
     @property
     def vip(self) -> IPAddress:

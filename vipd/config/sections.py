@@ -366,6 +366,36 @@ def _listen(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str:
     return value
 
 
+_SCRIPT_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
+
+
+def _script_user(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # a uid written as a number
+    if value is not None and (
+        not isinstance(value, str) or not re.fullmatch(f"{_SCRIPT_NAME}(:{_SCRIPT_NAME})?", value)
+    ):
+        c.fail(
+            key,
+            'must be a user name or uid, optionally with ":group" (a group name or gid), '
+            "or null (vipd's own)",
+            value,
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Scripts:
+    """``scripts``: who the notify hooks and tracked scripts run as, and whether vipd refuses
+    a script or tracked file that someone else could change (keepalived's ``script_user`` and
+    ``enable_script_security``; ``vipd.script_security``, ``vipd.sandbox``)."""
+
+    # A user name or uid, optionally ":group" (a group name or gid); None: vipd's own ids.
+    user: str | None = field(default=None, metadata=spec(_script_user))
+    # false: run and read them whoever can change them (a risk)
+    security: bool = field(default=True, metadata=spec(flag()))
+
+
 @dataclass(frozen=True, slots=True)
 class Metrics:
     # host:port of the HTTP endpoint (/metrics, /healthz, /readyz, /status). vipd binds it

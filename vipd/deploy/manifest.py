@@ -5,14 +5,18 @@ with ``vipd.config``) to Kubernetes objects as plain dicts, and to YAML text. Th
 that bootstraps the VIP before ``kubeadm init`` and the DaemonSet that takes over later are
 rendered from the *same* config, so they cannot drift apart (two hand-written manifests for
 one VIP, the usual static-pod-then-DaemonSet procedure, have to be kept in step by hand).
-The config travels inside the manifest, in ``$VIPD_CONFIG`` (``vipd run`` reads it when
-``--config`` is not given), without its ``node`` key: every pod takes its identity from
-``spec.nodeName`` through the downward API (``NODE_NAME``).
+The config is a file in both pods, never an environment variable (every child process and
+every dump of a pod's environment would carry it): the DaemonSet's is a ConfigMap rendered
+with it (``vipd manifest daemonset``), the static pod's a file on each node, since a static
+pod cannot use a ConfigMap (``vipd manifest config``: ``/etc/vipd/<name>.yaml``, the node's
+``/etc/vipd`` mounted read-only). Both leave out the ``node`` key: every pod takes its
+identity from ``spec.nodeName`` through the downward API (``NODE_NAME``).
 
 What the objects guarantee (asserted in tests/unit/test_manifest.py):
 
 - both pods: ``hostNetwork``, capabilities NET_ADMIN and NET_RAW only (drop ALL), no
-  privilege escalation, a read-only root filesystem, priority class system-node-critical,
+  privilege escalation, a read-only root filesystem, the runtime's default seccomp profile,
+  a memory request and limit (no CPU limit), priority class system-node-critical,
   liveness on ``/healthz`` and readiness on ``/readyz`` of vipd's own endpoint (the
   metrics port is declared on the DaemonSet's pod only: kube-scheduler counts a mirror pod's
   host ports, so a static pod declaring it would keep the DaemonSet pod off its node), and
@@ -52,6 +56,7 @@ DaemonSet could disagree on.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from collections.abc import Mapping
@@ -63,8 +68,8 @@ import yaml
 from vipd import __version__, config
 from vipd.vrrp import state
 
-Kind = Literal["pod", "daemonset", "rbac"]
-KINDS: tuple[Kind, ...] = ("pod", "daemonset", "rbac")
+Kind = Literal["pod", "config", "daemonset", "rbac"]
+KINDS: tuple[Kind, ...] = ("pod", "config", "daemonset", "rbac")
 
 DEFAULT_IMAGE = f"localhost/vipd:{__version__}"
 DEFAULT_NAMESPACE = "kube-system"
@@ -81,6 +86,23 @@ DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
 # 0.1 s advert's Master_Down_Interval; at 100m (etcd's and kube-scheduler's request) a 0.1 s tick
 # stayed within 3 ms of its time (bench/cpu_weight.py).
 CPU_REQUEST = "100m"
+# No CPU limit: CFS throttling would hold a due advert until the next period (100 ms), longer
+# than a 0.1 s advert interval. Memory (docs/operations.md#security): peak RSS of the imports
+# each mode loads 29 MiB for VRRP (28-42 MiB steady in docs/benchmarks.md), 52 MiB with the
+# Kubernetes client (Lease; 59 MiB running against a real API server), 61 MiB with IPVS
+# discovery and pyroute2. The request is what the node keeps for it (about 2x the measured
+# peak, so a node under memory pressure evicts others first); the limit, 4x the largest,
+# only stops a leak before it hurts the control plane: an OOM kill of the leader is a
+# failover.
+MEMORY_REQUEST = "64Mi"
+MEMORY_REQUEST_API = "128Mi"
+MEMORY_LIMIT = "256Mi"
+# The config as a file, never in the environment (which every child process and every dump
+# of the pod's environment would carry): the DaemonSet's from a ConfigMap, the static pod's
+# from the node (a static pod cannot use a ConfigMap), written there from `vipd manifest config`.
+CONFIG_DIR = "/etc/vipd"
+CONFIG_KEY = "vipd.yaml"
+CONFIG_HASH_ANNOTATION = "vipd.io/config-sha256"
 NAME = "vipd"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 # Added to vipd's own stop deadline for the grace period: Python's exit, the kubelet's
@@ -120,6 +142,12 @@ class Options:
     def manifest_path(self) -> str:
         """The static pod's file on each node."""
         return self.static_manifest or f"{MANIFESTS_DIR}/{self.name}.yaml"
+
+    @property
+    def static_config_path(self) -> str:
+        """The static pod's config on each node (`vipd manifest config`), the same path in
+        the pod (the node's /etc/vipd mounted read-only)."""
+        return f"{CONFIG_DIR}/{self.name}.yaml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +254,13 @@ def _labels(component: str, opts: Options) -> dict[str, str]:
     }
 
 
+# The container runtime's default seccomp filter (Kubernetes does not apply it unless asked):
+# vipd needs raw and netlink sockets, ioctls and setuid/setgid for its hooks, all of which it
+# allows; it blocks what vipd never calls (kexec, module loading, mount, bpf without
+# CAP_BPF, keyctl, ...), so a compromised vipd cannot reach them either.
+POD_SECURITY_CONTEXT: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def _security_context(caps: bool) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
@@ -255,11 +290,10 @@ def _probe(p: Plan, path: str, period: int, failures: int) -> dict[str, Any]:
 
 
 def _vipd_container(
-    p: Plan, opts: Options, *, in_cluster: bool, declare_port: bool
+    p: Plan, opts: Options, *, in_cluster: bool, declare_port: bool, config_path: str
 ) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "VIPD_CONFIG", "value": p.config_text},
     ]
     if in_cluster:
         # The ServiceAccount's client talks to this node's API server, not to the Service
@@ -275,7 +309,7 @@ def _vipd_container(
         "name": NAME,
         "image": opts.image,
         "imagePullPolicy": "IfNotPresent",
-        "args": ["run"],
+        "args": ["run", "--config", config_path],
         "env": env,
         **(
             {"ports": [{"name": "metrics", "containerPort": p.listen_port, "protocol": "TCP"}]}
@@ -284,12 +318,21 @@ def _vipd_container(
         ),
         "livenessProbe": _probe(p, "/healthz", 10, 3),
         "readinessProbe": _probe(p, "/readyz", 2, 1),
-        "resources": {"requests": {"cpu": CPU_REQUEST, "memory": "64Mi"}},
+        "resources": {
+            "requests": {
+                "cpu": CPU_REQUEST,
+                "memory": MEMORY_REQUEST_API if p.uses_api else MEMORY_REQUEST,
+            },
+            "limits": {"memory": MEMORY_LIMIT},
+        },
         "securityContext": _security_context(caps=True),
     }
     # The root filesystem is read-only; the Kubernetes client writes a kubeconfig's embedded
     # certificates to temporary files, so /tmp is a small memory-backed volume.
-    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    mounts: list[dict[str, Any]] = [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+    ]
     mounts += [
         {"name": f"host-file-{i}", "mountPath": path, "readOnly": True}
         for i, path in enumerate(p.host_files)
@@ -364,6 +407,7 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
     sp = _pod_config_for_static(p)
     spec: dict[str, Any] = {
         "hostNetwork": True,
+        "securityContext": POD_SECURITY_CONTEXT,
         "priorityClassName": "system-node-critical",
         "terminationGracePeriodSeconds": grace_period(p),
         "automountServiceAccountToken": False,
@@ -372,9 +416,20 @@ def pod(p: Plan, opts: Options) -> dict[str, Any]:
         # the DaemonSet pod, which declares the same port, could never be scheduled onto a
         # node whose static pod is still there, and removing that static pod is its own
         # adopt init container's job. The probes name the port by number.
-        "containers": [_vipd_container(sp, opts, in_cluster=False, declare_port=False)],
+        "containers": [
+            _vipd_container(
+                sp,
+                opts,
+                in_cluster=False,
+                declare_port=False,
+                config_path=opts.static_config_path,
+            )
+        ],
     }
-    volumes = _host_file_volumes(p)
+    # The node's /etc/vipd, not the one file: an editor that replaces the file (a new inode)
+    # would leave a single-file bind mount on the old one.
+    config_volume = {"name": "config", "hostPath": {"path": CONFIG_DIR, "type": "Directory"}}
+    volumes = [*_host_file_volumes(p), config_volume]
     spec["volumes"] = volumes
     if p.uses_api:
         spec["volumes"] = [
@@ -431,6 +486,7 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
     }
     spec: dict[str, Any] = {
         "hostNetwork": True,
+        "securityContext": POD_SECURITY_CONTEXT,
         "priorityClassName": "system-node-critical",
         "terminationGracePeriodSeconds": grace_period(p),
         "affinity": {
@@ -443,10 +499,20 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
         # A NotReady or pressured control-plane node is when the VIP has to move.
         "tolerations": [{"operator": "Exists"}],
         "initContainers": [pull, adopt],
-        "containers": [_vipd_container(dp, opts, in_cluster=p.uses_api, declare_port=True)],
+        "containers": [
+            _vipd_container(
+                dp,
+                opts,
+                in_cluster=p.uses_api,
+                declare_port=True,
+                config_path=f"{CONFIG_DIR}/{CONFIG_KEY}",
+            )
+        ],
         "volumes": [
             {"name": "manifests", "hostPath": {"path": MANIFESTS_DIR, "type": "Directory"}},
             *_host_file_volumes(p),
+            # The directory, not a subPath: the kubelet updates it when the ConfigMap changes.
+            {"name": "config", "configMap": {"name": opts.name}},
         ],
     }
     if p.uses_api:
@@ -463,9 +529,40 @@ def daemonset(p: Plan, opts: Options) -> dict[str, Any]:
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
             },
-            "template": {"metadata": {"labels": labels}, "spec": spec},
+            "template": {
+                # A new config is a new pod template: the DaemonSet rolls it out node by node,
+                # as it did when the config was an environment variable.
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(dp.config_text)},
+                },
+                "spec": spec,
+            },
         },
     }
+
+
+def config_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def config_map(p: Plan, opts: Options) -> dict[str, Any]:
+    """The DaemonSet's config, mounted as the file /etc/vipd/vipd.yaml."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": opts.name,
+            "namespace": opts.namespace,
+            "labels": _labels("daemonset", opts),
+        },
+        "data": {CONFIG_KEY: _pod_config_for_daemonset(p).config_text},
+    }
+
+
+def static_config(p: Plan) -> str:
+    """The static pod's config file (`Options.static_config_path` on every node)."""
+    return _pod_config_for_static(p).config_text
 
 
 def _node_match(opts: Options) -> list[dict[str, str]]:
@@ -560,7 +657,9 @@ def objects(kind: Kind, p: Plan, opts: Options) -> list[dict[str, Any]]:
     if kind == "pod":
         return [pod(p, opts)]
     if kind == "daemonset":
-        return [daemonset(p, opts)]
+        return [config_map(p, opts), daemonset(p, opts)]
+    if kind == "config":
+        raise ManifestError("config: a file, not an object (render it)")
     return rbac(p, opts)
 
 
@@ -588,8 +687,16 @@ def header(kind: Kind, p: Plan, opts: Options, source: str) -> str:
         "# Do not edit: change the config and render again, so the static pod, the DaemonSet",
         "# and the RBAC stay in step.",
     ]
+    if kind == "config":
+        lines = [
+            f"# vipd {__version__}: the static pod's config, rendered by `vipd manifest config` "
+            f"from {source}.",
+            f"# Install as {opts.static_config_path} (0644, root's) on every control-plane node,",
+            f"# beside {opts.manifest_path} (`vipd manifest pod`): the pod reads it from there.",
+        ]
     if kind == "pod":
         lines.append(f"# Install as {opts.manifest_path} on every control-plane node.")
+        lines.append(f"# Its config: {opts.static_config_path} (`vipd manifest config`).")
         if p.uses_api:
             conf = SUPER_ADMIN_CONF if opts.super_admin else ADMIN_CONF
             lines.append(f"# kubeconfig from the host: {conf}.")
@@ -608,7 +715,12 @@ def header(kind: Kind, p: Plan, opts: Options, source: str) -> str:
 
 
 def render(kind: Kind, p: Plan, opts: Options, source: str) -> str:
-    """The manifest as YAML text: a header comment, then one document per object."""
+    """The manifest as YAML text: a header comment, then one document per object (the
+    static pod's config: the header, then the file)."""
+    if kind == "config":
+        if opts.super_admin:
+            raise ManifestError("--super-admin: only for the static pod (`vipd manifest pod`)")
+        return header(kind, p, opts, source) + static_config(p)
     docs = objects(kind, p, opts)
     body = "".join(
         "---\n" + yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

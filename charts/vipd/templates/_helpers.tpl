@@ -4,7 +4,7 @@ derived here from the values the same way. tests/chart/test_chart.py renders bot
 config and compares the objects, so a change on one side without the other fails.
 */}}
 
-{{/* The config the pods carry in $VIPD_CONFIG: vipd's keys as given, without `node` (each pod
+{{/* The config the pods read from the ConfigMap: vipd's keys as given, without `node` (each pod
 takes its node's name) and without election.lease.kubeconfig or ipvs.discovery.kubeconfig (the
 DaemonSet uses its ServiceAccount). */}}
 {{- define "vipd.config" -}}

@@ -369,6 +369,10 @@ class KubeletBed:
         authorised)."""
         manifests = machine.root / "etc/kubernetes/manifests"
         manifests.mkdir(parents=True, exist_ok=True)
+        # Its config first (`vipd manifest config`): the pod reads the node's /etc/vipd.
+        config_dir = machine.root / "etc/vipd"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        (config_dir / "vipd.yaml").write_text(self.render("config"))
         extra = ("--super-admin",) if super_admin else ()
         (manifests / "vipd.yaml").write_text(self.render("pod", *extra))
 

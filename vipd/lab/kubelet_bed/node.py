@@ -65,6 +65,7 @@ CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 # Paths a kubeadm node keeps across reboots; each becomes a directory of the node's own.
 PERSISTENT = (
     "etc/kubernetes",
+    "etc/vipd",  # the static pod's config (vipd manifest config)
     "etc/containerd",
     "var/lib/kubelet",
     "var/lib/etcd",
