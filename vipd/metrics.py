@@ -4,10 +4,12 @@ What it is: the metric definitions (``vipd_`` prefix, base units: seconds, frame
 each with help text that says how to read it, on vipd's own registry ``REGISTRY`` (served on
 ``metrics.listen``, by default ``:2112/metrics``, see ``vipd.endpoint.server``, which calls
 `exposition`), plus a few helpers that keep label sets consistent (``set_role``,
-``set_master``). The README's metrics table lists them all, and ``tests/unit/test_metrics.py``
-checks that every metric defined here is in that table, has help text and the prefix, and
-that ``promtool check metrics`` is clean; ``tests/unit/test_metrics_golden.py`` keeps the
-scrape's families, HELP texts, types and labels as they were.
+``set_master``, the backends' start-up series). The README's metrics table lists them all, and
+``tests/unit/test_metrics.py`` checks that every metric defined here is in that table, has
+help text and the prefix, and that ``promtool check metrics`` is clean;
+``tests/unit/test_metrics_golden.py`` keeps the scrape's families, HELP texts, types and
+labels as they were. The glue to prometheus_client (the registry with its before-scrape hooks,
+the gauge with no sample while unknown, the formats) is ``vipd.metrics_registry``.
 
 Adding a metric (each feature adds its own, in its own section below): define it here with
 ``registry=REGISTRY``, name it ``vipd_<thing>_<unit>[_total]``, write help text that says what
@@ -15,11 +17,6 @@ a healthy value looks like, give every label a bounded set of values (never an e
 timestamp or a free-form reason: ``vrrp.state.reason_label()`` is the pattern), pre-create
 the label values that are known up front (so a query sees 0, not "no data"), and add a row
 to the README's metrics table.
-
-The types, the process metrics and both text formats (0.0.4 and OpenMetrics 1.0) are
-prometheus_client's (https://github.com/prometheus/client_python); vipd adds a gauge with no
-sample while its value is unknown (`OptionalGauge`) and hooks run before each scrape
-(`Registry.before_expose`).
 
 What it must not do: do any I/O, or be imported by the pure core (prometheus_client takes
 locks and starts with threading; the core returns data and the shell counts it). Updating a
@@ -30,108 +27,21 @@ on the takeover path, never before.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-)
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
 
 from vipd import __version__
-
-# No *_created series next to every counter and histogram: they double the exposition and
-# the text format 0.0.4 does not use them (the process start time is exported anyway). It
-# is prometheus_client's global switch: vipd is its only user in the process.
-disable_created_metrics()  # type: ignore[no-untyped-call]
-
-
-class Registry(CollectorRegistry):
-    """prometheus_client's registry, with functions run before each collection (a scrape,
-    ``get_sample_value``), by name: what brings counters up to date that are updated lazily
-    (a VRRP Backup's quiet copies)."""
-
-    def __init__(self) -> None:
-        super().__init__(auto_describe=True)
-        self._before: dict[str, Callable[[], None]] = {}
-
-    def before_expose(self, name: str, fn: Callable[[], None]) -> None:
-        """Run ``fn`` before each collection; one per ``name``."""
-        self._before[name] = fn
-
-    def forget_before_expose(self, name: str, fn: Callable[[], None]) -> None:
-        """No longer run ``fn`` (if another took its name since, that one stays)."""
-        if self._before.get(name) == fn:
-            del self._before[name]
-
-    def collect(self) -> Iterator[Metric]:
-        for fn in list(self._before.values()):
-            fn()
-        yield from super().collect()
-
-
-class OptionalGauge(Collector):
-    """A gauge with no sample while its value is unknown: an absent series, which
-    ``absent()`` and every comparison treat as "no data", instead of a -1 that a query would
-    have to know to leave out."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        registry: CollectorRegistry,
-        labelnames: Sequence[str] = (),
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        # label values -> a value or a function read when scraped
-        self._values: dict[tuple[str, ...], float | Callable[[], float | None] | None] = {}
-        registry.register(self)
-
-    def _key(self, labels: Mapping[str, str]) -> tuple[str, ...]:
-        if set(labels) != set(self.labelnames):
-            raise ValueError(f"{self.name} takes the labels {self.labelnames}, not {labels}")
-        return tuple(str(labels[n]) for n in self.labelnames)
-
-    def set(self, value: float | None, **labels: str) -> None:
-        self._values[self._key(labels)] = value
-
-    def set_function(self, fn: Callable[[], float | None], **labels: str) -> None:
-        """Read the value when scraped (None: no sample)."""
-        self._values[self._key(labels)] = fn
-
-    def get(self, **labels: str) -> float | None:
-        v = self._values.get(self._key(labels))
-        return v() if callable(v) else v
-
-    def describe(self) -> Iterable[Metric]:
-        return [GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
-    def collect(self) -> Iterable[Metric]:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        # dict.copy() is atomic under the GIL: the loop may add a series while we read.
-        for key, v in self._values.copy().items():
-            value = v() if callable(v) else v
-            if value is not None:
-                family.add_metric(list(key), value)
-        return [family]
+from vipd.metrics_registry import OptionalGauge as OptionalGauge  # re-exported: tests read it
+from vipd.metrics_registry import Registry as Registry
+from vipd.metrics_registry import expose
 
 
 def exposition(accept: str) -> tuple[bytes, str]:
-    """(body, content type) of a scrape of `REGISTRY` for an HTTP Accept header, as
-    prometheus_client's ``choose_encoder`` decides: OpenMetrics 1.0 for the first
-    ``application/openmetrics-text`` entry of version 1.0.0 or none (what Prometheus sends
-    first), the text format 1.0.0 for a ``text/plain`` entry of version 1.0.0 before it, else
-    the text format 0.0.4. Entries are taken in order; quality values are not weighed."""
-    encoder, content_type = choose_encoder(accept)
-    return encoder(REGISTRY), content_type
+    """(body, content type) of a scrape of `REGISTRY` for an HTTP Accept header
+    (``vipd.metrics_registry.expose``: OpenMetrics 1.0 or the text format by its entries)."""
+    return expose(REGISTRY, accept)
 
 
 REGISTRY = Registry()
@@ -147,54 +57,19 @@ BACKENDS = ("vrrp", "lease")
 ROLES = ("leader", "follower", "init")
 # The stable reason labels (vrrp.state.REASON_LABELS plus the shell's own).
 INVALID_REASONS = (
-    "truncated",
-    "length",
-    "version",
-    "type",
-    "checksum",
-    "ttl",
-    "auth",
-    "interval",
-    "address-list",
-    "vrid",
-    "source",
-    "family",
+    *("truncated", "length", "version", "type", "checksum", "ttl", "auth", "interval"),
+    *("address-list", "vrid", "source", "family"),
 )
 ACTUATORS = ("address", "ipvs")
 
 # Actuation happens in well under a millisecond (README: p99 ~1.3 ms on a busy 2-core
 # machine); the buckets resolve that and still catch a pathological 0.1–1 s.
-_TAKEOVER_BUCKETS = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.1,
-    1.0,
-)
+_TAKEOVER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0)
 # Last advert → takeover is Master_Down_Interval (3 × advert interval + skew): 0.03 s at the
 # shortest VRRPv3 interval, ~3.4 s at the 1 s default, up to ~123 s at 40.95 s.
 _SINCE_ADVERT_BUCKETS = (
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.35,
-    0.5,
-    1.0,
-    2.5,
-    3.0,
-    3.5,
-    4.0,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    130.0,
+    *(0.025, 0.05, 0.1, 0.25, 0.35, 0.5, 1.0, 2.5, 3.0, 3.5, 4.0, 5.0),
+    *(10.0, 30.0, 60.0, 130.0),
 )
 _LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -219,7 +94,6 @@ NODE_INFO = Gauge(
     ["node", "vip", "interface", "backend"],
     registry=REGISTRY,
 )
-
 READY = Gauge(
     "vipd_ready",
     "1 when this node takes part in the election (config loaded, sockets open, interface up, "
@@ -235,7 +109,6 @@ LOOP_HEARTBEAT_AGE = Gauge(
     "the loop that sends adverts is blocked.",
     registry=REGISTRY,
 )
-
 LOOP_LAG = Histogram(
     "vipd_event_loop_lag_seconds",
     "How late the event loop ran the timer that gave each heartbeat (the heartbeat's own, "
@@ -254,7 +127,6 @@ ROLE = Gauge(
     ["backend", "role", "vip"],
     registry=REGISTRY,
 )
-
 TRANSITIONS = Counter(
     "vipd_role_transitions_total",
     "Role changes by new role and reason label (vrrp: start, master-down, preempted, "
@@ -273,7 +145,6 @@ VIP_BOUND = Gauge(
     ["vip"],
     registry=REGISTRY,
 )
-
 VIP_CHANGES = Counter(
     "vipd_vip_changes_total",
     "VIP additions (op=add) and removals (op=remove) done by this node. Rises by one per "
@@ -281,7 +152,6 @@ VIP_CHANGES = Counter(
     ["op"],
     registry=REGISTRY,
 )
-
 VIP_REPAIRS = Counter(
     "vipd_vip_repairs_total",
     "Times the periodic resync found the VIP not as vipd left it (deleted by hand on the "
@@ -289,7 +159,6 @@ VIP_REPAIRS = Counter(
     "something else manages this address.",
     registry=REGISTRY,
 )
-
 CLAIM_SOURCES = ("vrrp", "arp")
 DUPLICATE_CLAIMS = Counter(
     "vipd_vip_duplicate_claims_total",
@@ -301,7 +170,6 @@ DUPLICATE_CLAIMS = Counter(
     ["source"],
     registry=REGISTRY,
 )
-
 DUPLICATE_CLAIM = Gauge(
     "vipd_vip_duplicate_claim",
     "1 while this node holds the VIP and another node claimed it within the last 3 advert "
@@ -309,14 +177,12 @@ DUPLICATE_CLAIM = Gauge(
     ["vip"],
     registry=REGISTRY,
 )
-
 GARP_SENT = Counter(
     "vipd_garp_frames_sent_total",
     "Gratuitous ARP (IPv4) or unsolicited neighbour advertisement (IPv6) frames sent for the "
     "VIP: garp.repeat per burst, a burst per takeover and another after garp.delay.",
     registry=REGISTRY,
 )
-
 TAKEOVER_DURATION = Histogram(
     "vipd_takeover_duration_seconds",
     "Time from the election's decision to lead to the VIP bound (stage=bound) and to the "
@@ -325,7 +191,6 @@ TAKEOVER_DURATION = Histogram(
     buckets=_TAKEOVER_BUCKETS,
     registry=REGISTRY,
 )
-
 TAKEOVER_SINCE_ADVERT = Histogram(
     "vipd_takeover_since_last_advert_seconds",
     "At a takeover, the time since the last advert this node had received from the master it "
@@ -399,21 +264,18 @@ VRRP_ADVERTS_SENT = Counter(
     "the leader, 0 on followers.",
     registry=REGISTRY,
 )
-
 VRRP_SEND_ERRORS = Counter(
     "vipd_vrrp_advert_send_errors_total",
     "VRRP adverts the kernel refused to send (link down, a firewall, no route). Any rise on "
     "the leader means its peers may stop hearing it.",
     registry=REGISTRY,
 )
-
 VRRP_ADVERTS_RECEIVED = Counter(
     "vipd_vrrp_adverts_received_total",
     "Valid VRRP adverts received for our VRID. On followers it rises by 1/advert_interval; "
     "on the leader it stays flat unless another node also claims to lead.",
     registry=REGISTRY,
 )
-
 VRRP_INVALID = Counter(
     "vipd_vrrp_adverts_invalid_total",
     "VRRP packets dropped, by reason. vrid: another VRID on the segment (routine). version, "
@@ -430,7 +292,6 @@ VRRP_PRIORITY = Gauge(
     ["vip"],
     registry=REGISTRY,
 )
-
 VRRP_MASTER = Gauge(
     "vipd_vrrp_master_info",
     "Always 1, one series per VIP: the address of the node this node believes is the VRRP "
@@ -440,7 +301,6 @@ VRRP_MASTER = Gauge(
     ["address", "vip"],
     registry=REGISTRY,
 )
-
 VRRP_MASTER_PRIORITY = OptionalGauge(
     "vipd_vrrp_master_priority",
     "The priority of the master as seen by this node (its own when it leads); no sample "
@@ -448,7 +308,6 @@ VRRP_MASTER_PRIORITY = OptionalGauge(
     registry=REGISTRY,
     labelnames=("vip",),
 )
-
 VRRP_MASTER_ADVERT_AGE = OptionalGauge(
     "vipd_vrrp_master_advert_age_seconds",
     "On a follower, seconds since the last advert from the master, read when scraped: below "
@@ -457,7 +316,6 @@ VRRP_MASTER_ADVERT_AGE = OptionalGauge(
     registry=REGISTRY,
     labelnames=("vip",),
 )
-
 INTERFACE_UP = Gauge(
     "vipd_interface_up",
     "1 while the VIP's interface is up with carrier, else 0 (the node is then out of the "
@@ -480,7 +338,6 @@ HEALTH_BACKEND_HEALTHY = Gauge(
     ["target", "local"],
     registry=REGISTRY,
 )
-
 HEALTH_CHECKS = Counter(
     "vipd_health_checks_total",
     "Health checks done, by target and result (ok: HTTP 200; fail: anything else, the "
@@ -488,7 +345,6 @@ HEALTH_CHECKS = Counter(
     ["target", "result"],
     registry=REGISTRY,
 )
-
 HEALTH_CHECK_DURATION = Histogram(
     "vipd_health_check_duration_seconds",
     "How long one health check took (connect, TLS handshake, status line), by target. "
@@ -502,14 +358,9 @@ HEALTH_CHECK_DURATION = Histogram(
 
 IPVS_STATES = ("healthy", "unhealthy")
 IPVS_OPS = (
-    "add_service",
-    "edit_service",
-    "remove_service",
-    "add_server",
-    "edit_server",
-    "remove_server",
+    *("add_service", "edit_service", "remove_service"),
+    *("add_server", "edit_server", "remove_server"),
 )
-
 IPVS_REAL_SERVERS = Gauge(
     "vipd_ipvs_real_servers",
     "Real servers in vipd's IPVS service (VIP:port/TCP) after the last reconcile, by the "
@@ -542,7 +393,6 @@ LEASE_REQUESTS = Counter(
     ["purpose", "result"],
     registry=REGISTRY,
 )
-
 LEASE_ERRORS = Counter(
     "vipd_lease_errors_total",
     "Failed Lease API calls by kind: conflict (409, normal when two nodes race), not-found, "
@@ -552,7 +402,6 @@ LEASE_ERRORS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
-
 LEASE_HOLDER = Gauge(
     "vipd_lease_holder_info",
     '1 for the Lease holder as this node last read it (holder="" when released); one '
@@ -560,7 +409,6 @@ LEASE_HOLDER = Gauge(
     ["holder"],
     registry=REGISTRY,
 )
-
 LEASE_KEEPING = Gauge(
     "vipd_lease_keeping_vip_unrenewed",
     "1 while this node keeps the VIP past its renew deadline because the API server says its "
@@ -568,7 +416,6 @@ LEASE_KEEPING = Gauge(
     "being renewed.",
     registry=REGISTRY,
 )
-
 LEASE_RENEW_AGE = OptionalGauge(
     "vipd_lease_last_renewal_age_seconds",
     "Seconds since this node's last successful renewal was sent, while it leads; no sample "
@@ -603,21 +450,14 @@ def set_master(address: object | None, priority: int | None, vip: str) -> None:
     VRRP_MASTER_PRIORITY.set(None if priority is None or address is None else priority, vip=vip)
 
 
-def init_vrrp(*, node: str, vips: Sequence[str], interface: str, priority: int) -> None:
-    """Create every series this node will export for the VRRP instance of ``vips``, at its
-    starting value, so a query sees a 0 instead of no data before the first event (the
-    gauges of an unknown value stay absent until it is known)."""
+def _init_series(backend: str, node: str, vips: Sequence[str], interface: str) -> None:
+    """The series every backend exports, at their starting values."""
     for vip in vips:
-        NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="vrrp").set(1)
-        set_role("vrrp", "init", vip)
+        NODE_INFO.labels(node=node, vip=vip, interface=interface, backend=backend).set(1)
+        set_role(backend, "init", vip)
         VIP_BOUND.labels(vip=vip).set(0)
-        VRRP_PRIORITY.labels(vip=vip).set(priority)
-        set_master(None, None, vip)
-        DUPLICATE_CLAIM.labels(vip=vip).set(0)
     for op in ("add", "remove"):
         VIP_CHANGES.labels(op=op)
-    for reason in INVALID_REASONS:
-        VRRP_INVALID.labels(reason=reason)
     for actuator in ACTUATORS:
         RECONCILE_ERRORS.labels(actuator=actuator)
     for step in STOP_STEPS:
@@ -629,6 +469,19 @@ def init_vrrp(*, node: str, vips: Sequence[str], interface: str, priority: int) 
     for source in CLAIM_SOURCES:
         DUPLICATE_CLAIMS.labels(source=source)
     READY.set(0)
+
+
+def init_vrrp(*, node: str, vips: Sequence[str], interface: str, priority: int) -> None:
+    """Create every series this node will export for the VRRP instance of ``vips``, at its
+    starting value, so a query sees a 0 instead of no data before the first event (the
+    gauges of an unknown value stay absent until it is known)."""
+    _init_series("vrrp", node, vips, interface)
+    for vip in vips:
+        VRRP_PRIORITY.labels(vip=vip).set(priority)
+        set_master(None, None, vip)
+        DUPLICATE_CLAIM.labels(vip=vip).set(0)
+    for reason in INVALID_REASONS:
+        VRRP_INVALID.labels(reason=reason)
 
 
 def set_lease_holder(holder: str | None) -> None:
@@ -639,23 +492,7 @@ def set_lease_holder(holder: str | None) -> None:
 
 def init_lease(*, node: str, vips: Sequence[str], interface: str) -> None:
     """The Lease backend's series at their starting values (see `init_vrrp`)."""
-    for vip in vips:
-        NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="lease").set(1)
-        set_role("lease", "init", vip)
-        VIP_BOUND.labels(vip=vip).set(0)
-    for op in ("add", "remove"):
-        VIP_CHANGES.labels(op=op)
-    for actuator in ACTUATORS:
-        RECONCILE_ERRORS.labels(actuator=actuator)
-    for step in STOP_STEPS:
-        STOP_ERRORS.labels(step=step)
-    for result in RELOAD_RESULTS:
-        RELOADS.labels(result=result)
-    for stage in ("bound", "announced"):
-        TAKEOVER_DURATION.labels(stage=stage)
+    _init_series("lease", node, vips, interface)
     LEASE_KEEPING.set(0)
     LEASE_RENEW_AGE.set(None)
     LEASE_REQUESTS.labels(purpose="renew", result="ok")
-    for source in CLAIM_SOURCES:
-        DUPLICATE_CLAIMS.labels(source=source)
-    READY.set(0)

@@ -12,6 +12,9 @@ What they prove, for any input hypothesis can build:
   centiseconds in 0.01–40.95;
 - an environment override wins over the file and is held to the same rule, its error naming
   the variable.
+
+Each property tries a fixed, derandomized set of examples (``tests/unit/budget.py``);
+``VIPD_HYPOTHESIS_DEEP=1`` tries ten times as many, at random.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import math
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
+from tests.unit.budget import budget
 from vipd.config import ConfigError, load, parse, read_text
 
 HOST = "cp-1"
@@ -80,7 +84,7 @@ def one_line_error(exc: ConfigError) -> str:
     return text
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@budget(200, suppress_health_check=[HealthCheck.too_slow])
 @given(data)
 def test_any_data_is_a_config_or_one_config_error(value: Any) -> None:
     try:
@@ -113,7 +117,7 @@ def mutations() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@budget(200, suppress_health_check=[HealthCheck.too_slow])
 @given(mutations())
 def test_near_valid_data_is_a_config_or_one_config_error(value: dict[str, Any]) -> None:
     try:
@@ -122,7 +126,7 @@ def test_near_valid_data_is_a_config_or_one_config_error(value: dict[str, Any]) 
         one_line_error(exc)
 
 
-@settings(max_examples=300)
+@budget(150)
 @given(st.text(max_size=200))
 @example("vip: 10.0.0.100\nvip: 10.0.0.101\n")
 @example("a: [\n")
@@ -140,7 +144,7 @@ env_keys = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=300)
+@budget(150)
 @given(st.dictionaries(env_keys, st.text(max_size=20), max_size=4))
 def test_any_environment_is_a_config_or_one_config_error(env: dict[str, str]) -> None:
     try:
@@ -177,7 +181,7 @@ def render(v: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=300)
+@budget(150)
 @given(valid)
 def test_a_valid_config_round_trips(v: dict[str, Any]) -> None:
     cfg = parse(render(v), {}, HOST)
@@ -219,7 +223,7 @@ def test_a_priority_out_of_range_names_the_key(priority: int) -> None:
         raise AssertionError(f"priority {priority} accepted")
 
 
-@settings(max_examples=500)
+@budget(250)
 @given(st.floats(min_value=-1.0, max_value=50.0, allow_nan=False))
 @example(0.01)
 @example(40.95)

@@ -111,8 +111,15 @@ def test_ipv6_listen() -> None:
         ep.close()
 
 
-def test_healthz_fails_while_the_loop_is_blocked_and_recovers() -> None:
-    """A real loop with the real heartbeat; one callback blocks it for 2 x the limit."""
+def test_healthz_fails_while_the_loop_is_blocked_and_recovers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real loop with the real heartbeat; one callback blocks it for 2 x the limit. The beat
+    and the limit are a quarter of the shipped ones, in the same ratio (the limit is 2 beats):
+    the same path in 1 s of blocking instead of 4."""
+    assert httpd.HEALTHZ_MAX_AGE == 2 * httpd.HEARTBEAT_INTERVAL
+    monkeypatch.setattr(httpd, "HEARTBEAT_INTERVAL", httpd.HEARTBEAT_INTERVAL / 4)
+    monkeypatch.setattr(httpd, "HEALTHZ_MAX_AGE", httpd.HEALTHZ_MAX_AGE / 4)
     ep = httpd.Endpoint.bind("127.0.0.1:0")
     ep.start()
     block_for = 2 * httpd.HEALTHZ_MAX_AGE
@@ -479,8 +486,10 @@ def test_a_timer_near_the_beat_beats_for_it_and_the_heartbeat_stays_asleep(
 ) -> None:
     """A loop timer every 0.6 interval (as a VRRP backup's down timer is, against the 0.5 s
     heartbeat): every second one beats, with the lag it was offered, and the heartbeat's own
-    timer never fires; the beat's age stays under one interval."""
-    interval = 0.1
+    timer never fires; the beat's age stays under one interval. At the 0.5 s interval a timer
+    must be 0.2 s late for the heartbeat to fire: a loaded 2-core machine running the unit
+    suite on two workers delayed a 0.06 s sleep past the 0.04 s a 0.1 s interval leaves."""
+    interval = 0.5
     monkeypatch.setattr(httpd, "HEARTBEAT_INTERVAL", interval)
     ep = httpd.Endpoint.bind("127.0.0.1:0")
     ages: list[float] = []

@@ -163,6 +163,7 @@ FLOORS = {
     "vipd.election": "core",
     "vipd.log": "core",
     "vipd.metrics": "core",
+    "vipd.metrics_registry": "core",
     "vipd.notify": "core",
     "vipd.reload": "core",
     "vipd.track": "core",

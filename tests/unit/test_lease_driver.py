@@ -153,7 +153,7 @@ def test_status_reports_the_link_and_no_hard_coded_interface_state() -> None:
 def test_a_foreign_announcement_makes_the_leader_yield_and_ends_the_successor_wait() -> None:
     async def scenario() -> None:
         store = LeaseStore()
-        slow: dict[str, float] = {"duration": 20, "renew_deadline": 15, "retry_period": 2}
+        slow: dict[str, float] = {"duration": 20, "renew_deadline": 15, "retry_period": 1}
         a = Node("a", store, slow)
         a.start()
         await until(lambda: a.bound)
@@ -163,7 +163,7 @@ def test_a_foreign_announcement_makes_the_leader_yield_and_ends_the_successor_wa
         assert transitions("follower", "foreign-claim") == yielded + 1
         assert a.election.status(0.0)["lease"]["foreign_claims"] == 1
         # The Lease is still ours: the next round (one retry period) takes it back.
-        await until(lambda: a.bound, 2 * 2 + 1)
+        await until(lambda: a.bound, 2 * 1 + 1)
         # Stopping with nobody to take over: the VIP would stay for retry + 0.5 s; the
         # successor's announcement ends the wait at once.
         loop = asyncio.get_running_loop()

@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
+from tests.unit.budget import budget
 from tests.unit.lease_sim import Sim
 from vipd.lease.model import Params
 
@@ -98,12 +99,7 @@ def run(schedule: list[Event], arp: bool, lag: float) -> Sim:
     return sim
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    derandomize=True,
-)
+@budget(300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     schedule=st.lists(events, min_size=1, max_size=6),
     arp=st.booleans(),

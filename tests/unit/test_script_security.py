@@ -12,10 +12,12 @@ running config kept, and a root-owned 0755 script in root-owned directories is a
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -206,8 +208,18 @@ def vipd_check(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A directory with a short path: a config error shortens the value it quotes, and the
+    test reads the whole path of the hook there (pytest's own tmp_path grows with -n)."""
+    base = Path(tempfile.mkdtemp(prefix="vs", dir="/tmp"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.mark.parametrize("case", ["script", "directory", "symlink"])
-def test_start_and_reload_refuse_a_script_others_can_change(tmp_path: Path, case: str) -> None:
+def test_start_and_reload_refuse_a_script_others_can_change(short_tmp: Path, case: str) -> None:
+    tmp_path = short_tmp
     if case == "script":
         unsafe = hook(tmp_path / "safe", 0o777)
         path, names = unsafe, str(unsafe)
