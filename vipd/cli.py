@@ -80,6 +80,9 @@ def _load(path: str | None) -> tuple[Config, Preflight]:
         pre = preflight.check_host(cfg, preflight.read_host())
         _check_ca_file(cfg)
         _check_lease(cfg)
+        from vipd.endpoint.server import check_security
+
+        check_security(cfg.metrics)  # TLS files load, auth: token's credentials are found
     except config.ConfigError as exc:
         print(f"vipd: config error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
@@ -133,7 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The endpoint's port is bound before anything else happens: it is the per-node lock that
     # keeps a second vipd out of the election (`vipd adopt` relies on it).
     try:
-        endpoint = server.Endpoint.bind(cfg.metrics.listen)
+        endpoint = server.Endpoint.bind(cfg.metrics.listen, cfg.metrics)
     except server.ListenError as exc:
         print(f"vipd: {exc}", file=sys.stderr)
         return EXIT_LISTEN

@@ -368,6 +368,7 @@ class Track:
 
 
 DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
+METRICS_AUTH_MODES = ("none", "token", "client-cert")
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +376,17 @@ class Metrics:
     # host:port of the HTTP endpoint (/metrics, /healthz, /readyz, /status). vipd binds it
     # before joining the election, so it is also the per-node lock between two vipd instances.
     listen: str = "0.0.0.0:2112"  # DEFAULT_METRICS_LISTEN
+    # TLS (PEM files, both or neither; None: plain HTTP) and who may read /metrics and /status:
+    # "none", "token" (TokenReview + SubjectAccessReview against the API server, through
+    # kubeconfig/api_server/tls_server_name as in election.lease) or "client-cert" (signed by
+    # client_ca_file). Both need TLS. /healthz and /readyz are always open (the probes).
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+    auth: str = "none"  # METRICS_AUTH_MODES
+    kubeconfig: str | None = None
+    api_server: str | None = "https://127.0.0.1:6443"
+    tls_server_name: str | None = "kubernetes"
 
     @property
     def host(self) -> str:
@@ -1522,7 +1534,12 @@ class _Validator:
         return tuple(words)
 
     def metrics(self, value: object) -> Metrics:
-        sec = self.section("metrics", value, ("listen",))
+        sec = self.section(
+            "metrics",
+            value,
+            ("listen", "cert_file", "key_file", "client_ca_file", "auth", "kubeconfig",
+             "api_server", "tls_server_name"),
+        )  # fmt: skip
         key = "metrics.listen"
         listen = sec.get("listen", DEFAULT_METRICS_LISTEN)
         rule = (
@@ -1543,7 +1560,45 @@ class _Validator:
             self.fail(key, rule, listen)
         if not 1 <= int(m.group(3)) <= 65535:
             self.fail(key, rule, listen)
-        return Metrics(listen=listen)
+        d = Metrics()
+        files: dict[str, str | None] = {}
+        for name in ("cert_file", "key_file", "client_ca_file", "kubeconfig"):
+            path = sec.get(name)
+            if path is not None and (not isinstance(path, str) or not path.strip() or "\0" in path):
+                self.fail(f"metrics.{name}", "must be the path of a file, or null", path)
+            files[name] = path
+        if (files["cert_file"] is None) != (files["key_file"] is None):
+            self.fail("metrics.key_file", "must be set with metrics.cert_file (both or neither)",
+                      files["key_file"])  # fmt: skip
+        auth = sec.get("auth", d.auth)
+        if auth not in METRICS_AUTH_MODES:
+            self.fail("metrics.auth", f"must be one of {', '.join(METRICS_AUTH_MODES)}", auth)
+        if auth != "none" and files["cert_file"] is None:
+            self.fail("metrics.auth", "needs TLS (metrics.cert_file and metrics.key_file): "
+                      "credentials are not sent in clear", auth)  # fmt: skip
+        if (auth == "client-cert") != (files["client_ca_file"] is not None):
+            self.fail("metrics.client_ca_file", 'must be set exactly when metrics.auth is '
+                      '"client-cert"', files["client_ca_file"])  # fmt: skip
+        api_server = sec.get("api_server", d.api_server)
+        if api_server is not None and (
+            not isinstance(api_server, str)
+            or not re.fullmatch(
+                r"https://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?/?", api_server
+            )
+        ):
+            rule = "must be an https://HOST[:PORT] URL, or null to use the kubeconfig's server"
+            self.fail("metrics.api_server", rule, api_server)
+        server_name = sec.get("tls_server_name", d.tls_server_name)
+        if server_name is not None and (
+            not isinstance(server_name, str) or not _HOSTNAME_LIKE.fullmatch(server_name)
+        ):
+            self.fail("metrics.tls_server_name", "must be a DNS name in the API server's "
+                      "certificate, or null for the host", server_name)  # fmt: skip
+        return Metrics(
+            listen=listen, cert_file=files["cert_file"], key_file=files["key_file"],
+            client_ca_file=files["client_ca_file"], auth=auth, kubeconfig=files["kubeconfig"],
+            api_server=api_server, tls_server_name=server_name,
+        )  # fmt: skip
 
 
 def _vip_problem(ip: IPAddress) -> str | None:

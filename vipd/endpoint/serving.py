@@ -1,0 +1,510 @@
+"""The endpoint's HTTP/1.1 connection engine: bounded threads, bounded memory, bounded time.
+
+What it is: the transport under ``vipd.endpoint.server``. One I/O thread accepts connections
+and reads request heads without blocking (a ``selectors`` loop); a fixed pool of worker threads
+answers complete requests. The HTTP/1.1 message syntax (RFC 9112) is h11's, a sans-I/O parser
+(https://github.com/python-hyper/h11), fed by the I/O thread; this module owns only the
+sockets, the limits and the threads. TLS (optional) is the standard library's ``ssl``, its
+handshake driven by the same loop.
+
+Why this shape: a neighbour must not be able to take the endpoint down, because the kubelet
+restarts a vipd whose /healthz stops answering.
+
+- Connections cost a descriptor and at most ``max_head`` bytes, not a thread: idle
+  keep-alive connections and clients trickling their request head wait in the I/O thread's
+  selector. At ``max_connections`` the one accepted longest ago is closed to make room (a probe
+  is a new connection; a flood of idle ones only churns itself).
+- A request head (and the TLS handshake before it) must arrive whole within ``head_timeout``
+  of its first byte, however slowly it trickles (slowloris); it is at most ``max_head``
+  bytes (431). A connection with no request waits ``idle_timeout``.
+- No request bodies: a request with ``Content-Length`` > 0 gets 413, one with
+  ``Transfer-Encoding`` 400, at once, without the body being read (RFC 9110 section 15.5.14).
+  The connection is then closed after a short lingering close (``LINGER`` s, at most
+  ``LINGER_BYTES`` discarded into a fixed buffer) so that the answer is not destroyed by the
+  reset a close with unread data makes (RFC 9112 section 9.6).
+- ``workers`` threads, all started up front: a complete request when none is free gets 503
+  at once from the I/O thread (RFC 9110 section 15.6.4). A worker writes its answer within
+  ``write_timeout``.
+- Accepting never stops: accept's EMFILE/ENFILE/ENOBUFS/ENOMEM pause accepting for a
+  back-off that doubles up to ``ACCEPT_BACKOFF_MAX`` s, and a worker thread that cannot be
+  started (a pids limit) is retried on the same back-off; both are counted (``count``).
+
+What it must not do: parse HTTP itself, know the endpoint's paths, or block the I/O thread on
+a client (every socket operation there is non-blocking).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import http
+import os
+import queue
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import h11
+
+if TYPE_CHECKING:
+    import ssl
+
+# A refused connection lingers this long (and discards at most this much) before it is closed.
+LINGER = 1.0
+LINGER_BYTES = 1 << 20
+ACCEPT_BACKOFF_MIN = 0.05
+ACCEPT_BACKOFF_MAX = 2.0
+# accept() errors that mean "out of a resource, try later", not "this client gave up".
+_RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    workers: int = 4
+    max_connections: int = 64
+    max_head: int = 16 * 1024
+    head_timeout: float = 10.0
+    idle_timeout: float = 60.0
+    write_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    target: str
+    headers: Mapping[str, str]  # lower-case names; repeated ones joined with ", "
+    peer_cert: Mapping[str, Any] | None  # the verified TLS client certificate, if any
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    code: int
+    body: bytes
+    content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Handler = Callable[[Request], Answer]
+# count(what): a refused connection or a recovered fault (see `Server`'s docstring).
+Count = Callable[[str], None]
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def http_date(when: float) -> str:
+    """IMF-fixdate (RFC 9110 section 5.6.7), in English whatever the locale."""
+    t = time.gmtime(when)
+    return (
+        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+    )
+
+
+def _response(conn: h11.Connection, answer: Answer, *, head: bool, close: bool) -> bytes:
+    headers = [
+        ("Server", "vipd"),
+        ("Date", http_date(time.time())),
+        ("Content-Type", answer.content_type),
+        ("Content-Length", str(len(answer.body))),
+        ("Cache-Control", "no-store"),
+        *answer.headers,
+    ]
+    if close:
+        headers.append(("Connection", "close"))
+    try:
+        reason = http.HTTPStatus(answer.code).phrase
+    except ValueError:
+        reason = "Error"
+    out = conn.send(h11.Response(status_code=answer.code, headers=headers, reason=reason)) or b""
+    if not head:
+        out += conn.send(h11.Data(data=answer.body)) or b""
+    return out + (conn.send(h11.EndOfMessage()) or b"")
+
+
+class _Conn:
+    __slots__ = ("accepted", "deadline", "h11", "idle", "lingering", "peer", "shaken", "sock")
+
+    def __init__(self, sock: socket.socket, peer: Any, now: float, limits: Limits) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.accepted = now
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head)
+        self.idle = False  # True: kept alive, no byte of the next request yet
+        self.deadline = now + limits.head_timeout  # the TLS handshake counts too
+        self.shaken = not hasattr(sock, "do_handshake")  # TLS handshake done (or plain)
+        self.lingering = 0  # > 0: refused, discarding; the bytes still allowed
+
+
+class Server:
+    """Serve ``handler`` on the bound, listening ``sock`` (see the module docstring).
+
+    ``count`` is called (from the server's threads) with: ``busy`` (503: no free worker),
+    ``evicted`` (closed to make room at max_connections), ``head-timeout``,
+    ``head-too-large``, ``bad-request``, ``body`` (413/400), ``tls`` (handshake failed),
+    ``accept-backoff`` (accept ran out of descriptors or memory), ``thread-backoff`` (a
+    worker could not be started)."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        handler: Handler,
+        limits: Limits,
+        count: Count,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.sock = sock
+        self.handler = handler
+        self.limits = limits
+        self.count = count
+        self.tls = tls
+        self._sel = selectors.DefaultSelector()
+        self._conns: dict[int, _Conn] = {}  # by descriptor: waiting in the selector
+        self._busy = 0  # connections handed to a worker
+        self._free = threading.Semaphore(0)  # one per worker waiting for a request
+        self._jobs: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
+        self._back: queue.SimpleQueue[_Conn | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._accept_paused_until = 0.0
+        self._accept_backoff = ACCEPT_BACKOFF_MIN
+        self._worker_retry_at = 0.0
+        self._worker_backoff = ACCEPT_BACKOFF_MIN
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.sock.setblocking(False)
+        self._start_workers(time.monotonic())
+        self._thread = threading.Thread(target=self._run, name="httpd", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop both kinds of thread and close every connection (not the listening socket)."""
+        self._closing = True
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        for _ in self._workers:
+            self._jobs.put(None)
+        for t in self._workers:
+            t.join(timeout=5)
+        self._workers.clear()
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # already woken (the pipe is full), or closed
+            os.write(self._wake_w, b"x")
+
+    def _start_workers(self, now: float) -> None:
+        """Start the workers still missing; a failed start is retried on a back-off."""
+        while len(self._workers) < self.limits.workers:
+            t = threading.Thread(target=self._work, name="httpd-worker", daemon=True)
+            try:
+                t.start()
+            except RuntimeError:  # "can't start new thread": a pids or memory limit
+                self.count("thread-backoff")
+                self._worker_retry_at = now + self._worker_backoff
+                self._worker_backoff = min(ACCEPT_BACKOFF_MAX, self._worker_backoff * 2)
+                return
+            self._workers.append(t)
+        self._worker_retry_at = 0.0
+        self._worker_backoff = ACCEPT_BACKOFF_MIN
+
+    @property
+    def workers(self) -> int:
+        return len(self._workers)
+
+    # -- the I/O thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        sel = self._sel
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        sel.register(self.sock, selectors.EVENT_READ, self.sock)
+        listening = True
+        try:
+            while not self._closing:
+                now = time.monotonic()
+                if not listening and now >= self._accept_paused_until:
+                    sel.register(self.sock, selectors.EVENT_READ, self.sock)
+                    listening = True
+                if self._worker_retry_at and now >= self._worker_retry_at:
+                    self._start_workers(now)
+                for key, _ in sel.select(self._timeout(now, listening)):
+                    if key.data is None:
+                        os.read(self._wake_r, 4096)
+                    elif key.data is self.sock:
+                        if not self._accept():
+                            sel.unregister(self.sock)
+                            listening = False
+                    else:
+                        self._readable(key.data)
+                    if self._closing:
+                        return
+                self._take_back()
+                self._expire(time.monotonic())
+        finally:
+            for c in list(self._conns.values()):
+                self._drop(c)
+            sel.close()
+
+    def _timeout(self, now: float, listening: bool) -> float | None:
+        """Until the next deadline; None (no wake-up at all) when nothing is pending."""
+        due = [c.deadline for c in self._conns.values()]
+        if not listening:
+            due.append(self._accept_paused_until)
+        if self._worker_retry_at:
+            due.append(self._worker_retry_at)
+        return max(0.0, min(due) - now) if due else None
+
+    def _accept(self) -> bool:
+        """Accept what is waiting; False: out of descriptors or memory, pause accepting."""
+        for _ in range(64):  # then let the other sockets have a turn
+            try:
+                sock, peer = self.sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                break
+            except OSError as exc:
+                if exc.errno not in _RESOURCE_ERRNOS:
+                    break  # the client gave up between select and accept
+                self.count("accept-backoff")
+                self._accept_paused_until = time.monotonic() + self._accept_backoff
+                self._accept_backoff = min(ACCEPT_BACKOFF_MAX, self._accept_backoff * 2)
+                self._evict_oldest()  # and free a descriptor for the next try
+                return False
+            self._accept_backoff = ACCEPT_BACKOFF_MIN
+            if len(self._conns) + self._busy >= self.limits.max_connections:
+                self._evict_oldest()
+            self._admit(sock, peer)
+        return True
+
+    def _admit(self, sock: socket.socket, peer: Any) -> None:
+        sock.setblocking(False)
+        if self.tls is not None:
+            try:
+                sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            except OSError:
+                sock.close()
+                return
+        c = _Conn(sock, peer, time.monotonic(), self.limits)
+        self._conns[sock.fileno()] = c
+        self._sel.register(sock, selectors.EVENT_READ, c)
+
+    def _evict_oldest(self) -> None:
+        """Make room: a refused connection still lingering, else the one accepted first."""
+        if not self._conns:
+            return
+        c = min(self._conns.values(), key=lambda c: (not c.lingering, c.accepted))
+        if not c.lingering:
+            self.count("evicted")
+        self._drop(c)
+
+    def _drop(self, c: _Conn) -> None:
+        fd = c.sock.fileno()
+        if self._conns.pop(fd, None) is not None:
+            self._sel.unregister(fd)
+        c.sock.close()
+
+    def _expire(self, now: float) -> None:
+        for c in [c for c in self._conns.values() if c.deadline <= now]:
+            if not c.lingering and not c.idle:
+                self.count("head-timeout")
+            self._drop(c)
+
+    def _readable(self, c: _Conn) -> None:
+        import ssl
+
+        now = time.monotonic()
+        try:
+            if not c.shaken:
+                c.sock.do_handshake()  # type: ignore[attr-defined]
+                c.shaken = True
+            data = c.sock.recv(65536)
+            if c.lingering:
+                c.lingering = max(0, c.lingering - len(data))
+                if not data or not c.lingering:
+                    self._drop(c)
+                return
+            if data and self.tls is not None:
+                while c.sock.pending():  # type: ignore[attr-defined]
+                    data += c.sock.recv(65536)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            return
+        except ssl.SSLError:
+            self.count("tls")
+            self._drop(c)
+            return
+        except OSError:
+            self._drop(c)
+            return
+        if data and c.h11.their_state is h11.IDLE and not c.h11.trailing_data[0]:
+            # Empty lines before a request line are ignored (RFC 9112 section 2.2); h11
+            # refuses them, so they never reach it.
+            data = data.lstrip(b"\r\n")
+            if not data:
+                return
+        if c.idle and data:
+            c.idle = False
+            c.deadline = now + self.limits.head_timeout
+        c.h11.receive_data(data)
+        self._advance(c)
+
+    def _advance(self, c: _Conn) -> None:
+        """Act on what h11 has parsed from ``c``'s bytes so far."""
+        try:
+            event = c.h11.next_event()
+        except h11.RemoteProtocolError as exc:
+            too_large = exc.error_status_hint == 431
+            self.count("head-too-large" if too_large else "bad-request")
+            why = "request head too long" if too_large else f"bad request: {exc}"
+            self._refuse(c, exc.error_status_hint, why)
+            return
+        if event is h11.NEED_DATA:
+            return
+        if not isinstance(event, h11.Request):
+            self._drop(c)  # ConnectionClosed, or the client's half of a finished exchange
+            return
+        size = len(event.method) + len(event.target) + 12
+        size += sum(len(n) + len(v) + 4 for n, v in event.headers)
+        if size > self.limits.max_head:
+            # h11 only limits a head still incomplete; this one arrived whole, at once.
+            self.count("head-too-large")
+            self._refuse(c, 431, "request head too long")
+            return
+        headers: dict[str, str] = {}
+        for name, value in event.headers:
+            key, text = name.decode("latin-1"), value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        version = event.http_version
+        if version not in (b"1.1", b"1.0"):
+            self.count("bad-request")
+            self._refuse(c, 505, "HTTP/1.1 only")
+            return
+        if "transfer-encoding" in headers:
+            self.count("body")
+            self._refuse(c, 400, "no request bodies")
+            return
+        if int(headers.get("content-length", "0")) > 0:  # h11 checked it is a number
+            self.count("body")
+            self._refuse(c, 413, "no request bodies")
+            return
+        method = event.method.decode("ascii")
+        if method not in ("GET", "HEAD"):
+            self.count("bad-request")
+            self._refuse(c, 501, "GET only")
+            return
+        if not self._free.acquire(blocking=False):
+            self.count("busy")
+            self._refuse(c, 503, "busy: try again")
+            return
+        peer_cert = None
+        if self.tls is not None:
+            peer_cert = c.sock.getpeercert() or None  # type: ignore[attr-defined]
+        c.h11.next_event()  # the request's (empty) end: EndOfMessage
+        self._conns.pop(c.sock.fileno())
+        self._sel.unregister(c.sock)
+        self._busy += 1
+        self._jobs.put((c, Request(method, event.target.decode("latin-1"), headers, peer_cert)))
+
+    def _refuse(self, c: _Conn, code: int, why: str) -> None:
+        """Answer from the I/O thread without blocking, then close after a lingering close."""
+        data = f"{why}\n".encode()
+        answer = Answer(code, data, "text/plain; charset=utf-8")
+        try:
+            out = _response(c.h11, answer, head=False, close=True)
+        except h11.LocalProtocolError:
+            # h11 no longer writes on this connection (it gave up on it): write it plainly.
+            out = (
+                f"HTTP/1.1 {code} {http.HTTPStatus(code).phrase}\r\nServer: vipd\r\n"
+                f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode() + data
+        try:
+            c.sock.send(out)  # a fresh socket buffer takes a few hundred bytes
+            if self.tls is None:
+                c.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._drop(c)
+            return
+        c.lingering = LINGER_BYTES
+        c.deadline = time.monotonic() + LINGER
+
+    def _take_back(self) -> None:
+        """Connections the workers finished with: wait for their next request."""
+        while True:
+            try:
+                c = self._back.get_nowait()
+            except queue.Empty:
+                return
+            self._busy -= 1
+            if c is None:
+                continue
+            if self._closing:
+                c.sock.close()
+                continue
+            c.idle = True
+            c.deadline = time.monotonic() + self.limits.idle_timeout
+            self._conns[c.sock.fileno()] = c
+            self._sel.register(c.sock, selectors.EVENT_READ, c)
+            if c.h11.trailing_data[0]:  # a pipelined request is already here
+                c.idle = False
+                c.deadline = time.monotonic() + self.limits.head_timeout
+                self._advance(c)
+
+    # -- the workers -------------------------------------------------------------------
+
+    def _work(self) -> None:
+        self._free.release()
+        while (job := self._jobs.get()) is not None:
+            c, req = job
+            keep = False
+            try:
+                keep = self._serve(c, req)
+            except Exception:
+                pass  # a client that hung up or stalled mid-answer: its own business
+            finally:
+                if not keep:
+                    c.sock.close()
+                self._back.put(c if keep else None)
+                self._free.release()
+                self._wake()
+
+    def _serve(self, c: _Conn, req: Request) -> bool:
+        """Answer ``req`` on ``c``; True: keep the connection for the next request."""
+        try:
+            answer = self.handler(req)
+        except Exception:
+            answer = Answer(500, b"internal error\n", "text/plain; charset=utf-8")
+        # h11 adds "Connection: close" itself when the client asked for it (or is HTTP/1.0).
+        out = _response(c.h11, answer, head=req.method == "HEAD", close=False)
+        deadline = time.monotonic() + self.limits.write_timeout
+        view = memoryview(out)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            c.sock.settimeout(left)
+            sent = c.sock.send(view)
+            view = view[sent:]
+        c.sock.setblocking(False)
+        if c.h11.our_state is not h11.DONE or c.h11.their_state is not h11.DONE:
+            return False
+        # A fresh parser for the next request rather than h11's start_next_cycle: it is fed
+        # what the client already sent without the empty lines h11 would refuse.
+        rest, closed = c.h11.trailing_data
+        c.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head)
+        c.h11.receive_data(rest.lstrip(b"\r\n"))
+        if closed:
+            c.h11.receive_data(b"")
+        return True
