@@ -182,7 +182,7 @@ class Server:
 
     def start(self) -> None:
         self.sock.setblocking(False)
-        self._start_workers(time.monotonic())
+        # The I/O thread first (it starts the workers): it alone can answer, if only 503.
         self._thread = threading.Thread(target=self._run, name="httpd", daemon=True)
         self._thread.start()
 
@@ -233,6 +233,7 @@ class Server:
         sel.register(self._wake_r, selectors.EVENT_READ, None)
         sel.register(self.sock, selectors.EVENT_READ, self.sock)
         listening = True
+        self._start_workers(time.monotonic())
         try:
             while not self._closing:
                 now = time.monotonic()
