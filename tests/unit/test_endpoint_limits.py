@@ -28,8 +28,9 @@ from vipd import metrics
 from vipd.endpoint import server as httpd
 
 
-def start(monkeypatch: pytest.MonkeyPatch, **limits: float) -> httpd.Endpoint:
-    monkeypatch.setattr(httpd, "LIMITS", dataclasses.replace(httpd.LIMITS, **limits))
+def start(monkeypatch: pytest.MonkeyPatch, head_timeout: float = 10.0) -> httpd.Endpoint:
+    limits = dataclasses.replace(httpd.LIMITS, head_timeout=head_timeout)
+    monkeypatch.setattr(httpd, "LIMITS", limits)
     ep = httpd.Endpoint.bind("127.0.0.1:0")
     ep.start()
     return ep

@@ -173,7 +173,7 @@ class TokenGuard:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.reviewer = reviewer
-        self.cache = cache or Cache()
+        self.cache = cache if cache is not None else Cache()
         self.clock = clock
         self._lock = threading.Lock()  # one review at a time: the cache and the API client
 
