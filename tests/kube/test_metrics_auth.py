@@ -155,5 +155,5 @@ def test_a_token_allowed_by_rbac_gets_metrics_others_401_or_403_probes_open(
     assert endpoint.get("/metrics", "not-a-token")[0] == 401
     # The scraper's ClusterRole names /metrics only: /status is another question.
     assert endpoint.get("/status", allowed)[0] == 403
-    assert endpoint.get("/healthz") == (200, "ok")
+    assert endpoint.get("/healthz") == (200, "ok\n")
     assert endpoint.get("/readyz")[0] == 503  # open (not 401): "starting", no election here
