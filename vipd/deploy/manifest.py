@@ -145,6 +145,7 @@ class Plan:
     host_files: tuple[str, ...] = ()  # files the config names on the node (health.ca_file)
     discovery: bool = False  # IPVS discovery reads the default/kubernetes EndpointSlices
     metrics_auth: bool = False  # metrics.auth: token (TokenReview, SubjectAccessReview)
+    metrics_tls: bool = False  # metrics.cert_file: the endpoint (and so the probes) is HTTPS
 
     @property
     def uses_api(self) -> bool:
@@ -190,6 +191,7 @@ def plan(data: object) -> Plan:
         ),
         discovery=cfg.ipvs.enabled and cfg.ipvs.discovery.enabled,
         metrics_auth=cfg.metrics.auth == "token",
+        metrics_tls=cfg.metrics.cert_file is not None,
     )
 
 
@@ -248,7 +250,10 @@ def _security_context(caps: bool) -> dict[str, Any]:
 
 
 def _probe(p: Plan, path: str, period: int, failures: int) -> dict[str, Any]:
-    get: dict[str, Any] = {"path": path, "port": p.listen_port, "scheme": "HTTP"}
+    # HTTPS: the kubelet does not verify the certificate, and sends no credentials (the
+    # probes' paths are always open).
+    scheme = "HTTPS" if p.metrics_tls else "HTTP"
+    get: dict[str, Any] = {"path": path, "port": p.listen_port, "scheme": scheme}
     if p.listen_host not in ("0.0.0.0", "::"):
         # hostNetwork: the kubelet would probe the node's address, which a loopback-only
         # endpoint does not answer.
