@@ -139,6 +139,37 @@ def test_a_big_body_is_refused_without_being_read(ep: httpd.Endpoint) -> None:
     assert probe(ep.port) == 200
 
 
+def test_a_kept_alive_connection_serves_request_after_request(ep: httpd.Endpoint) -> None:
+    """A scraper's connection (Prometheus keeps it alive): the second request on it, sent
+    after the first answer, is answered on the same connection."""
+    with socket.create_connection(("127.0.0.1", ep.port), timeout=10) as client:
+        for _ in range(3):
+            client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while not got.endswith(b"ok\n"):
+                chunk = client.recv(65536)
+                assert chunk, "the server closed a kept-alive connection"
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+            time.sleep(0.2)  # the connection is back with the I/O thread, waiting
+    assert probe(ep.port) == 200
+
+
+def test_a_client_that_closes_its_side_after_asking_is_answered_and_the_endpoint_goes_on(
+    ep: httpd.Endpoint,
+) -> None:
+    """Request, then FIN at once (curl's --no-keepalive, many probes): the end of the
+    client's side is seen while a worker answers; that is the end of the connection, and of
+    nothing else."""
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", ep.port), timeout=10) as client:
+            client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            client.shutdown(socket.SHUT_WR)
+            assert read_all(client).startswith(b"HTTP/1.1 200 OK\r\n")
+    time.sleep(0.5)  # the I/O thread sees the end of those connections
+    assert [probe(ep.port) for _ in range(3)] == [200] * 3
+
+
 def test_a_chunked_body_is_refused(ep: httpd.Endpoint) -> None:
     with socket.create_connection(("127.0.0.1", ep.port), timeout=10) as client:
         client.sendall(

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import http
+import logging
 import os
 import queue
 import selectors
@@ -49,6 +50,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import h11
+
+from vipd import log as vlog
 
 if TYPE_CHECKING:
     import ssl
@@ -177,6 +180,7 @@ class Server:
         self._accept_backoff = ACCEPT_BACKOFF_MIN
         self._worker_retry_at = 0.0
         self._worker_backoff = ACCEPT_BACKOFF_MIN
+        self._faulted = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -232,33 +236,46 @@ class Server:
         sel = self._sel
         sel.register(self._wake_r, selectors.EVENT_READ, None)
         sel.register(self.sock, selectors.EVENT_READ, self.sock)
-        listening = True
         self._start_workers(time.monotonic())
         try:
             while not self._closing:
-                now = time.monotonic()
-                if not listening and now >= self._accept_paused_until:
-                    sel.register(self.sock, selectors.EVENT_READ, self.sock)
-                    listening = True
-                if self._worker_retry_at and now >= self._worker_retry_at:
-                    self._start_workers(now)
-                for key, _ in sel.select(self._timeout(now, listening)):
-                    if key.data is None:
-                        os.read(self._wake_r, 4096)
-                    elif key.data is self.sock:
-                        if not self._accept():
-                            sel.unregister(self.sock)
-                            listening = False
-                    else:
-                        self._readable(key.data)
-                    if self._closing:
-                        return
-                self._take_back()
-                self._expire(time.monotonic())
+                try:
+                    self._turn()
+                except Exception as exc:  # a bug: keep accepting rather than die silently
+                    if not self._faulted:
+                        self._faulted = True
+                        vlog.event(
+                            vlog.get(), logging.ERROR, "endpoint I/O error", error=repr(exc)
+                        )  # fmt: skip
+                    time.sleep(ACCEPT_BACKOFF_MIN)
         finally:
             for c in list(self._conns.values()):
                 self._drop(c)
             sel.close()
+
+    def _turn(self) -> None:
+        """One wait of the I/O thread and what follows."""
+        sel = self._sel
+        now = time.monotonic()
+        listening = self.sock.fileno() in sel.get_map()
+        if not listening and now >= self._accept_paused_until:
+            sel.register(self.sock, selectors.EVENT_READ, self.sock)
+            listening = True
+        if self._worker_retry_at and now >= self._worker_retry_at:
+            self._start_workers(now)
+        for key, _ in sel.select(self._timeout(now, listening)):
+            if key.data is None:
+                os.read(self._wake_r, 4096)
+            elif key.data is self.sock:
+                if not self._accept():
+                    sel.unregister(self.sock)
+                    listening = False
+            else:
+                self._guarded(self._readable, key.data)
+            if self._closing:
+                return
+        self._take_back()
+        self._expire(time.monotonic())
 
     def _timeout(self, now: float, listening: bool) -> float | None:
         """Until the next deadline; None (no wake-up at all) when nothing is pending."""
@@ -323,6 +340,21 @@ class Server:
                 self.count("head-timeout")
             self._drop(c)
 
+    def _guarded(self, step: Callable[[_Conn], None], c: _Conn) -> None:
+        """One connection's step; what goes wrong with it ends that connection, never the
+        I/O thread (which alone accepts)."""
+        try:
+            step(c)
+        except Exception as exc:
+            self.count("bad-request")
+            self._drop(c)
+            if not self._faulted:
+                self._faulted = True  # said once: a bug worth reporting, not a flood of lines
+                vlog.event(
+                    vlog.get(), logging.ERROR, "endpoint dropped a connection on an error",
+                    error=repr(exc),
+                )  # fmt: skip
+
     def _readable(self, c: _Conn) -> None:
         import ssl
 
@@ -348,6 +380,9 @@ class Server:
             return
         except OSError:
             self._drop(c)
+            return
+        if c.h11.trailing_data[1]:
+            self._drop(c)  # the client's end was seen already; nothing more can come
             return
         if data and c.h11.their_state is h11.IDLE and not c.h11.trailing_data[0]:
             # Empty lines before a request line are ignored (RFC 9112 section 2.2); h11
@@ -458,10 +493,13 @@ class Server:
             c.deadline = time.monotonic() + self.limits.idle_timeout
             self._conns[c.sock.fileno()] = c
             self._sel.register(c.sock, selectors.EVENT_READ, c)
-            if c.h11.trailing_data[0]:  # a pipelined request is already here
+            rest, closed = c.h11.trailing_data
+            if rest:  # a pipelined request is already here
                 c.idle = False
                 c.deadline = time.monotonic() + self.limits.head_timeout
-                self._advance(c)
+                self._guarded(self._advance, c)
+            elif closed:
+                self._drop(c)  # the client has sent all it will
 
     # -- the workers -------------------------------------------------------------------
 
@@ -505,7 +543,9 @@ class Server:
         # what the client already sent without the empty lines h11 would refuse.
         rest, closed = c.h11.trailing_data
         c.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head)
-        c.h11.receive_data(rest.lstrip(b"\r\n"))
+        rest = rest.lstrip(b"\r\n")
+        if rest:
+            c.h11.receive_data(rest)
         if closed:
-            c.h11.receive_data(b"")
+            c.h11.receive_data(b"")  # (empty data is h11's word for the client's end)
         return True
