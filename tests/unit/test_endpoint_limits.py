@@ -183,7 +183,7 @@ def _rss() -> int:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
-def test_a_full_pool_answers_503_at_once_and_serves_again_when_it_frees(
+def test_a_full_pool_answers_503_at_once_the_probes_still_200_and_it_serves_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     release = threading.Event()
@@ -208,9 +208,13 @@ def test_a_full_pool_answers_503_at_once_and_serves_again_when_it_frees(
             assert rendering.acquire(timeout=10)  # every worker is busy
         before = refused("busy")
         ep.beat(time.monotonic())
-        # Answered while every worker is still held: the 503 did not wait for one.
-        assert probe(ep.port) == 503 and not release.is_set()
+        # Answered while every worker is still held: the 503 did not wait for one, and the
+        # probes never need one.
+        assert probe(ep.port, "/status") == 503 and not release.is_set()
         assert refused("busy") == before + 1
+        assert probe(ep.port) == 200 and probe(ep.port, "/readyz") == 503  # "starting"
+        assert probe(ep.port, "/nope") == 404
+        assert refused("busy") == before + 1 and not release.is_set()
         release.set()
         for t in threads:
             t.join(30)

@@ -175,7 +175,9 @@ class Endpoint:
 
     def start(self) -> None:
         """Serve in threads of its own (the port is already bound)."""
-        self._server = serving.Server(self.sock, self._answer, LIMITS, _count, self.tls)
+        self._server = serving.Server(
+            self.sock, self._answer, LIMITS, _count, self.tls, quick=self._quick
+        )
         self._server.start()
 
     @property
@@ -198,31 +200,45 @@ class Endpoint:
 
     # -- one request (a worker thread) -----------------------------------------------
 
-    def _answer(self, req: serving.Request) -> serving.Answer:
+    def _quick(self, req: serving.Request) -> serving.Answer | None:
+        """The answers that read only plain values (the probes, an unknown path): given on
+        the I/O thread, so a kubelet's probe is answered even when every worker is busy.
+        None: /metrics and /status, which a worker answers."""
         path = req.target.split("?", 1)[0]
         text = "text/plain; charset=utf-8"
-        if path in ("/metrics", "/status") and self.guard is not None:
-            denied = self.guard.check(path, req.headers, req.peer_cert)
-            if denied is not None:
-                return serving.Answer(denied.code, f"{denied.why}\n".encode(), text, denied.headers)
-        if path == "/metrics":
-            from vipd import metrics
-
-            metrics.LOOP_HEARTBEAT_AGE.set(self.heartbeat_age())
-            body, content_type = _render_metrics(req.headers.get("accept", ""))
-            return serving.Answer(200, body, content_type)
         if path == "/healthz":
             ok, why = self.health()
             return serving.Answer(200 if ok else 503, f"{why}\n".encode(), text)
         if path == "/readyz":
             ok, why = self.readiness()
             return serving.Answer(200 if ok else 503, f"{why}\n".encode(), text)
-        if path == "/status":
-            doc = json.dumps(self.status(), indent=2, default=str) + "\n"
-            return serving.Answer(200, doc.encode(), "application/json")
+        if path in ("/metrics", "/status"):
+            return None
         return serving.Answer(
             404, b"not found: try /metrics, /healthz, /readyz or /status\n", "text/plain"
         )
+
+    def _answer(self, req: serving.Request) -> serving.Answer:
+        """/metrics and /status (a worker thread), behind the guard when there is one."""
+        quick = self._quick(req)
+        if quick is not None:
+            return quick
+        path = req.target.split("?", 1)[0]
+        if self.guard is not None:
+            denied = self.guard.check(path, req.headers, req.peer_cert)
+            if denied is not None:
+                body = f"{denied.why}\n".encode()
+                return serving.Answer(
+                    denied.code, body, "text/plain; charset=utf-8", denied.headers
+                )
+        if path == "/metrics":
+            from vipd import metrics
+
+            metrics.LOOP_HEARTBEAT_AGE.set(self.heartbeat_age())
+            body, content_type = _render_metrics(req.headers.get("accept", ""))
+            return serving.Answer(200, body, content_type)
+        doc = json.dumps(self.status(), indent=2, default=str) + "\n"
+        return serving.Answer(200, doc.encode(), "application/json")
 
     # -- what the loop calls -----------------------------------------------------------
 

@@ -12,8 +12,8 @@ restarts a vipd whose /healthz stops answering.
 
 - Connections cost a descriptor and at most ``max_head`` bytes, not a thread: idle
   keep-alive connections and clients trickling their request head wait in the I/O thread's
-  selector. At ``max_connections`` the one accepted longest ago is closed to make room (a probe
-  is a new connection; a flood of idle ones only churns itself).
+  selector. At ``max_connections`` the oldest one still waiting for a whole request is closed
+  to make room (a probe is a new connection; a flood of silent ones only churns itself).
 - A request head (and the TLS handshake before it) must arrive whole within ``head_timeout``
   of its first byte, however slowly it trickles (slowloris); it is at most ``max_head``
   bytes (431). A connection with no request waits ``idle_timeout``.
@@ -24,7 +24,8 @@ restarts a vipd whose /healthz stops answering.
   reset a close with unread data makes (RFC 9112 section 9.6).
 - ``workers`` threads, all started up front: a complete request when none is free gets 503
   at once from the I/O thread (RFC 9110 section 15.6.4). A worker writes its answer within
-  ``write_timeout``.
+  ``write_timeout``. Answers that never block (``quick``: the probes) are given by the I/O
+  thread itself, all at once into the socket buffer, so they need no worker at all.
 - Accepting never stops: accept's EMFILE/ENFILE/ENOBUFS/ENOMEM pause accepting for a
   back-off that doubles up to ``ACCEPT_BACKOFF_MAX`` s, and a worker thread that cannot be
   started (a pids limit) is retried on the same back-off; both are counted (``count``).
@@ -159,9 +160,13 @@ class Server:
         limits: Limits,
         count: Count,
         tls: ssl.SSLContext | None = None,
+        quick: Callable[[Request], Answer | None] | None = None,
     ) -> None:
         self.sock = sock
         self.handler = handler
+        # Answers that never block (None: the handler's, on a worker), given on the I/O
+        # thread: the probes are answered even when every worker is busy.
+        self.quick: Callable[[Request], Answer | None] | None = quick
         self.limits = limits
         self.count = count
         self.tls = tls
@@ -181,6 +186,7 @@ class Server:
         self._worker_retry_at = 0.0
         self._worker_backoff = ACCEPT_BACKOFF_MIN
         self._faulted = False
+        self._scratch = bytearray(65536)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -320,10 +326,12 @@ class Server:
         self._sel.register(sock, selectors.EVENT_READ, c)
 
     def _evict_oldest(self) -> None:
-        """Make room: a refused connection still lingering, else the one accepted first."""
+        """Make room: a refused connection still lingering, else the oldest one that has not
+        sent a whole request yet, else the oldest kept alive (a scraper's, which reconnects
+        if it ever gets here)."""
         if not self._conns:
             return
-        c = min(self._conns.values(), key=lambda c: (not c.lingering, c.accepted))
+        c = min(self._conns.values(), key=lambda c: (not c.lingering, c.idle, c.accepted))
         if not c.lingering:
             self.count("evicted")
         self._drop(c)
@@ -363,12 +371,13 @@ class Server:
             if not c.shaken:
                 c.sock.do_handshake()  # type: ignore[attr-defined]
                 c.shaken = True
-            data = c.sock.recv(65536)
             if c.lingering:
-                c.lingering = max(0, c.lingering - len(data))
-                if not data or not c.lingering:
+                n = c.sock.recv_into(self._scratch)  # discarded: into one fixed buffer
+                c.lingering = max(0, c.lingering - n)
+                if not n or not c.lingering:
                     self._drop(c)
                 return
+            data = c.sock.recv(65536)
             if data and self.tls is not None:
                 while c.sock.pending():  # type: ignore[attr-defined]
                     data += c.sock.recv(65536)
@@ -397,7 +406,13 @@ class Server:
         self._advance(c)
 
     def _advance(self, c: _Conn) -> None:
-        """Act on what h11 has parsed from ``c``'s bytes so far."""
+        """Act on what h11 has parsed from ``c``'s bytes so far: requests answered here one
+        after the other (pipelined), until one goes to a worker or more bytes are needed."""
+        while self._step(c):
+            pass
+
+    def _step(self, c: _Conn) -> bool:
+        """One request of ``c``; True: answered here, and the next may be waiting."""
         try:
             event = c.h11.next_event()
         except h11.RemoteProtocolError as exc:
@@ -405,19 +420,19 @@ class Server:
             self.count("head-too-large" if too_large else "bad-request")
             why = "request head too long" if too_large else f"bad request: {exc}"
             self._refuse(c, exc.error_status_hint, why)
-            return
+            return False
         if event is h11.NEED_DATA:
-            return
+            return False
         if not isinstance(event, h11.Request):
             self._drop(c)  # ConnectionClosed, or the client's half of a finished exchange
-            return
+            return False
         size = len(event.method) + len(event.target) + 12
         size += sum(len(n) + len(v) + 4 for n, v in event.headers)
         if size > self.limits.max_head:
             # h11 only limits a head still incomplete; this one arrived whole, at once.
             self.count("head-too-large")
             self._refuse(c, 431, "request head too long")
-            return
+            return False
         headers: dict[str, str] = {}
         for name, value in event.headers:
             key, text = name.decode("latin-1"), value.decode("latin-1")
@@ -426,32 +441,56 @@ class Server:
         if version not in (b"1.1", b"1.0"):
             self.count("bad-request")
             self._refuse(c, 505, "HTTP/1.1 only")
-            return
+            return False
         if "transfer-encoding" in headers:
             self.count("body")
             self._refuse(c, 400, "no request bodies")
-            return
+            return False
         if int(headers.get("content-length", "0")) > 0:  # h11 checked it is a number
             self.count("body")
             self._refuse(c, 413, "no request bodies")
-            return
+            return False
         method = event.method.decode("ascii")
         if method not in ("GET", "HEAD"):
             self.count("bad-request")
             self._refuse(c, 501, "GET only")
-            return
-        if not self._free.acquire(blocking=False):
-            self.count("busy")
-            self._refuse(c, 503, "busy: try again")
-            return
+            return False
         peer_cert = None
         if self.tls is not None:
             peer_cert = c.sock.getpeercert() or None  # type: ignore[attr-defined]
         c.h11.next_event()  # the request's (empty) end: EndOfMessage
+        req = Request(method, event.target.decode("latin-1"), headers, peer_cert)
+        quick = self.quick(req) if self.quick is not None else None
+        if quick is not None:
+            return self._answer_here(c, req, quick)
+        if not self._free.acquire(blocking=False):
+            self.count("busy")
+            self._refuse(c, 503, "busy: try again")
+            return False
         self._conns.pop(c.sock.fileno())
         self._sel.unregister(c.sock)
         self._busy += 1
-        self._jobs.put((c, Request(method, event.target.decode("latin-1"), headers, peer_cert)))
+        self._jobs.put((c, req))
+        return False
+
+    def _answer_here(self, c: _Conn, req: Request, answer: Answer) -> bool:
+        """Send ``answer`` from the I/O thread: all at once or not at all (a few hundred
+        bytes into a socket buffer that holds kilobytes). True: the connection waits for its
+        next request."""
+        import ssl
+
+        out = _response(c.h11, answer, head=req.method == "HEAD", close=False)
+        try:
+            sent = c.sock.send(out)
+        except (OSError, ssl.SSLError):
+            sent = -1
+        if sent != len(out) or not self._next_cycle(c):
+            self._drop(c)
+            return False
+        c.idle = not c.h11.trailing_data[0]
+        now = time.monotonic()
+        c.deadline = now + (self.limits.idle_timeout if c.idle else self.limits.head_timeout)
+        return not c.idle
 
     def _refuse(self, c: _Conn, code: int, why: str) -> None:
         """Answer from the I/O thread without blocking, then close after a lingering close."""
@@ -537,6 +576,11 @@ class Server:
             sent = c.sock.send(view)
             view = view[sent:]
         c.sock.setblocking(False)
+        return self._next_cycle(c)
+
+    def _next_cycle(self, c: _Conn) -> bool:
+        """After an answer: a fresh parser for the connection's next request; False when the
+        connection must close (the client asked, or HTTP/1.0)."""
         if c.h11.our_state is not h11.DONE or c.h11.their_state is not h11.DONE:
             return False
         # A fresh parser for the next request rather than h11's start_next_cycle: it is fed
