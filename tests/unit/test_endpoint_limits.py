@@ -245,6 +245,55 @@ def test_a_flood_of_connections_costs_no_threads_and_probes_get_in(
         c.close()
 
 
+# -- out of descriptors: the endpoint in a child process with a low RLIMIT_NOFILE ----------
+
+NOFILE_CHILD = """
+import os, resource, sys, threading, time
+from vipd.endpoint import server
+ep = server.Endpoint.bind("127.0.0.1:0")
+ep.start()
+
+def beat():
+    while True:
+        ep.beat(time.monotonic())
+        time.sleep(0.2)
+
+threading.Thread(target=beat, daemon=True).start()
+time.sleep(0.5)  # every worker started (their selectors and pipes are open)
+# Room for 8 more descriptors: the 9th connection finds accept failing with EMFILE.
+used = len(os.listdir("/proc/self/fd"))
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (used + 8, hard))
+print(ep.port, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_out_of_descriptors_accepting_backs_off_and_goes_on() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NOFILE_CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        port = int(proc.stdout.readline())
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(40)]
+        # EMFILE on accept: the oldest silent connection is closed to free a descriptor and
+        # accepting resumes after a short pause, so a probe still gets in.
+        assert [probe(port) for _ in range(3)] == [200] * 3
+        for c in held:
+            c.close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        backoffs = float(text.split('vipd_http_backoffs_total{what="accept"} ')[1].split()[0])
+        assert backoffs >= 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 # -- a pids limit: the endpoint in a child process, in a pids cgroup ------------------------
 
 CHILD = """

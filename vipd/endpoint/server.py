@@ -175,6 +175,10 @@ class Endpoint:
 
     def start(self) -> None:
         """Serve in threads of its own (the port is already bound)."""
+        # Loaded now: what the I/O thread counts must not need a file opened later, when the
+        # process may be out of descriptors (EMFILE is one of the faults it counts).
+        from vipd import metrics  # noqa: F401
+
         self._server = serving.Server(
             self.sock, self._answer, LIMITS, _count, self.tls, quick=self._quick
         )

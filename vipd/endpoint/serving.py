@@ -364,8 +364,6 @@ class Server:
                 )  # fmt: skip
 
     def _readable(self, c: _Conn) -> None:
-        import ssl
-
         now = time.monotonic()
         try:
             if not c.shaken:
@@ -381,13 +379,18 @@ class Server:
             if data and self.tls is not None:
                 while c.sock.pending():  # type: ignore[attr-defined]
                     data += c.sock.recv(65536)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+        except BlockingIOError:
             return
-        except ssl.SSLError:
-            self.count("tls")
-            self._drop(c)
-            return
-        except OSError:
+        except OSError as exc:
+            if self.tls is not None:
+                # Loaded with the context already. Without TLS ssl is not imported at all:
+                # an import here, out of descriptors, would fail every connection (EMFILE).
+                import ssl
+
+                if isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError)):
+                    return
+                if isinstance(exc, ssl.SSLError):
+                    self.count("tls")
             self._drop(c)
             return
         if c.h11.trailing_data[1]:
@@ -477,12 +480,10 @@ class Server:
         """Send ``answer`` from the I/O thread: all at once or not at all (a few hundred
         bytes into a socket buffer that holds kilobytes). True: the connection waits for its
         next request."""
-        import ssl
-
         out = _response(c.h11, answer, head=req.method == "HEAD", close=False)
         try:
             sent = c.sock.send(out)
-        except (OSError, ssl.SSLError):
+        except OSError:  # ssl's errors included (SSLWantWriteError: not at once, so not here)
             sent = -1
         if sent != len(out) or not self._next_cycle(c):
             self._drop(c)
