@@ -32,7 +32,9 @@ loop); the beat's age still never exceeds one interval on a live loop, and a loo
 stuck beats nowhere.
 
 The I/O thread sleeps in ``select`` with no timeout while no connection is open: an idle
-endpoint costs no wake-ups. A client that hangs up before its answer is written is its own
+endpoint costs no wake-ups. It answers /healthz, /readyz and unknown paths itself
+(`Endpoint._quick`: published values only), so the probes never wait for a worker; /metrics
+and /status go to a worker. A client that hangs up before its answer is written is its own
 business and is not logged.
 
 With ``metrics.cert_file`` the endpoint speaks TLS; with ``metrics.auth`` /metrics and /status

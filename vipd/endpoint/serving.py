@@ -3,9 +3,9 @@
 What it is: the transport under ``vipd.endpoint.server``. One I/O thread accepts connections
 and reads request heads without blocking (a ``selectors`` loop); a fixed pool of worker threads
 answers complete requests. The HTTP/1.1 message syntax (RFC 9112) is h11's, a sans-I/O parser
-(https://github.com/python-hyper/h11), fed by the I/O thread; this module owns only the
-sockets, the limits and the threads. TLS (optional) is the standard library's ``ssl``, its
-handshake driven by the same loop.
+(https://github.com/python-hyper/h11), fed by the I/O thread, the messages
+``vipd.endpoint.wire``'s; this module owns only the sockets, the limits and the threads.
+TLS (optional) is the standard library's ``ssl``, its handshake driven by the same loop.
 
 Why this shape: a neighbour must not be able to take the endpoint down, because the kubelet
 restarts a vipd whose /healthz stops answering.
@@ -46,13 +46,15 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import h11
 
 from vipd import log as vlog
+from vipd.endpoint.wire import Answer, Count, Handler, Limits, Request, response
+
+__all__ = ["Answer", "Count", "Handler", "Limits", "Request", "Server"]
 
 if TYPE_CHECKING:
     import ssl
@@ -64,70 +66,6 @@ ACCEPT_BACKOFF_MIN = 0.05
 ACCEPT_BACKOFF_MAX = 2.0
 # accept() errors that mean "out of a resource, try later", not "this client gave up".
 _RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    workers: int = 4
-    max_connections: int = 64
-    max_head: int = 16 * 1024
-    head_timeout: float = 10.0
-    idle_timeout: float = 60.0
-    write_timeout: float = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    method: str
-    target: str
-    headers: Mapping[str, str]  # lower-case names; repeated ones joined with ", "
-    peer_cert: Mapping[str, Any] | None  # the verified TLS client certificate, if any
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    code: int
-    body: bytes
-    content_type: str
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-Handler = Callable[[Request], Answer]
-# count(what): a refused connection or a recovered fault (see `Server`'s docstring).
-Count = Callable[[str], None]
-
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
-def http_date(when: float) -> str:
-    """IMF-fixdate (RFC 9110 section 5.6.7), in English whatever the locale."""
-    t = time.gmtime(when)
-    return (
-        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
-        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
-    )
-
-
-def _response(conn: h11.Connection, answer: Answer, *, head: bool, close: bool) -> bytes:
-    headers = [
-        ("Server", "vipd"),
-        ("Date", http_date(time.time())),
-        ("Content-Type", answer.content_type),
-        ("Content-Length", str(len(answer.body))),
-        ("Cache-Control", "no-store"),
-        *answer.headers,
-    ]
-    if close:
-        headers.append(("Connection", "close"))
-    try:
-        reason = http.HTTPStatus(answer.code).phrase
-    except ValueError:
-        reason = "Error"
-    out = conn.send(h11.Response(status_code=answer.code, headers=headers, reason=reason)) or b""
-    if not head:
-        out += conn.send(h11.Data(data=answer.body)) or b""
-    return out + (conn.send(h11.EndOfMessage()) or b"")
 
 
 class _Conn:
@@ -480,7 +418,7 @@ class Server:
         """Send ``answer`` from the I/O thread: all at once or not at all (a few hundred
         bytes into a socket buffer that holds kilobytes). True: the connection waits for its
         next request."""
-        out = _response(c.h11, answer, head=req.method == "HEAD", close=False)
+        out = response(c.h11, answer, head=req.method == "HEAD", close=False)
         try:
             sent = c.sock.send(out)
         except OSError:  # ssl's errors included (SSLWantWriteError: not at once, so not here)
@@ -498,7 +436,7 @@ class Server:
         data = f"{why}\n".encode()
         answer = Answer(code, data, "text/plain; charset=utf-8")
         try:
-            out = _response(c.h11, answer, head=False, close=True)
+            out = response(c.h11, answer, head=False, close=True)
         except h11.LocalProtocolError:
             # h11 no longer writes on this connection (it gave up on it): write it plainly.
             out = (
@@ -566,7 +504,7 @@ class Server:
         except Exception:
             answer = Answer(500, b"internal error\n", "text/plain; charset=utf-8")
         # h11 adds "Connection: close" itself when the client asked for it (or is HTTP/1.0).
-        out = _response(c.h11, answer, head=req.method == "HEAD", close=False)
+        out = response(c.h11, answer, head=req.method == "HEAD", close=False)
         deadline = time.monotonic() + self.limits.write_timeout
         view = memoryview(out)
         while view:
