@@ -146,6 +146,13 @@ class Server:
         for t in self._workers:
             t.join(timeout=5)
         self._workers.clear()
+        while True:  # kept-alive connections the workers handed back after the I/O thread left
+            try:
+                c = self._back.get_nowait()
+            except queue.Empty:
+                break
+            if c is not None:
+                c.sock.close()
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)
