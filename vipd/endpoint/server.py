@@ -166,7 +166,9 @@ class Endpoint:
                 # "[::]:2112" serves IPv4 too unless the host disabled it (bindv6only).
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.bind((host, int(port_text)))
-            sock.listen(128)
+            # A deep backlog: a burst of connections must not fill it before the I/O thread
+            # accepts (a full queue drops a probe's SYN; the kernel caps it at somaxconn).
+            sock.listen(1024)
         except OSError as exc:
             sock.close()
             why = exc.strerror or str(exc)

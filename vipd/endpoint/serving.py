@@ -214,7 +214,12 @@ class Server:
             listening = True
         if self._worker_retry_at and now >= self._worker_retry_at:
             self._start_workers(now)
-        for key, _ in sel.select(self._timeout(now, listening)):
+        # The connections' bytes first, new connections last: a request that has arrived is
+        # read before accepting (and the room it makes) could close its connection.
+        ready = sorted(
+            sel.select(self._timeout(now, listening)), key=lambda e: e[0].data is self.sock
+        )
+        for key, _ in ready:
             if key.data is None:
                 os.read(self._wake_r, 4096)
             elif key.data is self.sock:
@@ -239,7 +244,7 @@ class Server:
 
     def _accept(self) -> bool:
         """Accept what is waiting; False: out of descriptors or memory, pause accepting."""
-        for _ in range(64):  # then let the other sockets have a turn
+        for _ in range(16):  # then the connections' bytes get a turn
             try:
                 sock, peer = self.sock.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
@@ -276,10 +281,23 @@ class Server:
         if it ever gets here)."""
         if not self._conns:
             return
-        c = min(self._conns.values(), key=lambda c: (not c.lingering, c.idle, c.accepted))
-        if not c.lingering:
+        order = sorted(self._conns.values(), key=lambda c: (not c.lingering, c.idle, c.accepted))
+        victim = order[0]
+        if not victim.lingering:
+            # Spare one whose request has arrived but is not read yet (a probe, likely): the
+            # first of the oldest few with nothing waiting goes.
+            for c in order[:8]:
+                try:
+                    waiting = bool(c.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+                except (BlockingIOError, InterruptedError):
+                    waiting = False
+                except OSError:
+                    waiting = False  # broken: as good a victim as any
+                if not waiting:
+                    victim = c
+                    break
             self.count("evicted")
-        self._drop(c)
+        self._drop(victim)
 
     def _drop(self, c: _Conn) -> None:
         fd = c.sock.fileno()
