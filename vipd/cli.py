@@ -39,7 +39,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The endpoint's port is bound before anything else happens: it is the per-node lock that
     # keeps a second vipd out of the election (`vipd adopt` relies on it).
     try:
-        endpoint = server.Endpoint.bind(cfg.metrics.listen)
+        endpoint = server.Endpoint.bind(cfg.metrics.listen, cfg.metrics)
     except server.ListenError as exc:
         print(f"vipd: {exc}", file=sys.stderr)
         return EXIT_LISTEN

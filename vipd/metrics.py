@@ -496,3 +496,49 @@ def init_lease(*, node: str, vips: Sequence[str], interface: str) -> None:
     LEASE_KEEPING.set(0)
     LEASE_RENEW_AGE.set(None)
     LEASE_REQUESTS.labels(purpose="renew", result="ok")
+
+
+# -- HTTP endpoint (vipd.endpoint.serving, vipd.endpoint.auth) -------------------------------
+
+HTTP_REFUSE_REASONS = (
+    "busy",
+    "evicted",
+    "head-timeout",
+    "head-too-large",
+    "bad-request",
+    "body",
+    "tls",
+)
+HTTP_REFUSED = Counter(
+    "vipd_http_refused_total",
+    "Endpoint connections refused or closed early, by reason: busy (503, every worker "
+    "answering), evicted (closed at the connection limit to make room), head-timeout (the "
+    "request head did not arrive whole in time), head-too-large (431), bad-request, body (a "
+    "request with a body: 413/400), tls (handshake failed). Steady growth: a client probing "
+    "or flooding the endpoint.",
+    ["reason"],
+    registry=REGISTRY,
+)
+HTTP_BACKOFF_WHATS = ("accept", "thread")
+HTTP_BACKOFFS = Counter(
+    "vipd_http_backoffs_total",
+    "Times the endpoint paused and retried: accept (out of descriptors or memory), thread (a "
+    "worker thread could not be started, as under a pids limit). Should stay 0.",
+    ["what"],
+    registry=REGISTRY,
+)
+HTTP_AUTH_RESULTS = ("allowed", "unauthenticated", "forbidden", "error")
+HTTP_AUTH = Counter(
+    "vipd_http_auth_total",
+    "Bearer-token checks of /metrics and /status (metrics.auth: token) by result, cached "
+    "verdicts included: allowed, unauthenticated (401), forbidden (403), error (the API server "
+    "could not be asked: 503). 0 unless metrics.auth is token.",
+    ["result"],
+    registry=REGISTRY,
+)
+for _reason in HTTP_REFUSE_REASONS:
+    HTTP_REFUSED.labels(reason=_reason)
+for _what in HTTP_BACKOFF_WHATS:
+    HTTP_BACKOFFS.labels(what=_what)
+for _result in HTTP_AUTH_RESULTS:
+    HTTP_AUTH.labels(result=_result)

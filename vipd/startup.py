@@ -87,6 +87,9 @@ def load(path: str | None) -> tuple[Config, Preflight]:
         pre = preflight.check_host(cfg, preflight.read_host())
         check_ca_file(cfg)
         check_lease(cfg)
+        from vipd.endpoint.server import check_security
+
+        check_security(cfg.metrics)  # TLS files load, auth: token's credentials are found
     except config.ConfigError as exc:
         print(f"vipd: config error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None

@@ -174,6 +174,37 @@ CASES: list[tuple[str, dict[str, Any], list[str], dict[str, Any]]] = [
         {},
     ),
     (
+        "vrrp-tls-token-auth",
+        {
+            "vip": "10.0.0.100",
+            "health": {"port": 6443, "ca_file": "/etc/kubernetes/pki/ca.crt"},
+            "election": {"vrrp": {"vrid": 12}},
+            "metrics": {
+                "cert_file": "/etc/vipd/tls.crt",
+                "key_file": "/etc/vipd/tls.key",
+                "auth": "token",
+            },
+        },
+        [],
+        {},
+    ),
+    (
+        "lease-tls-client-cert",
+        {
+            "vip": "10.0.0.100",
+            "election": {"mode": "lease"},
+            "metrics": {
+                "listen": "127.0.0.1:2112",
+                "cert_file": "/etc/vipd/tls.crt",
+                "key_file": "/etc/vipd/tls.key",
+                "auth": "client-cert",
+                "client_ca_file": "/etc/vipd/clients.crt",
+            },
+        },
+        [],
+        {},
+    ),
+    (
         "dual-stack-second-instance",
         {
             "vips": ["10.0.0.100", "fd00::100"],
@@ -280,7 +311,10 @@ def test_chart_renders_what_vipd_manifest_renders(
         namespaces.add((election.get("lease") or {}).get("namespace", "kube-system"))
     if cfg.get("ipvs", {}).get("discovery", {}).get("enabled"):
         namespaces.add("default")
-    api = ["Role", "RoleBinding"] * len(namespaces) + ["ServiceAccount"] if namespaces else []
+    api = ["Role", "RoleBinding"] * len(namespaces)
+    if (cfg.get("metrics") or {}).get("auth") == "token":
+        api += ["ClusterRole", "ClusterRoleBinding"]  # the token reviews, cluster-scoped
+    api += ["ServiceAccount"] if api else []
     assert sorted(o["kind"] for o in ours) == sorted(["ConfigMap", "DaemonSet", *api])
     assert {o["metadata"]["namespace"] for o in ours if o["kind"] == "Role"} == namespaces
     for obj in ours:
@@ -318,15 +352,35 @@ def test_a_missing_vip_is_an_error_that_names_it(tmp_path: Path) -> None:
     assert run.returncode != 0 and "vip: the VIP" in run.stderr, run.stderr
 
 
+# The scrape objects of an endpoint with TLS and metrics.auth: token (manifests/monitoring/
+# *-tls.yaml): its CA in a ConfigMap, one certificate name for every node, Prometheus's token in
+# a Secret.
+SECURE_METRICS = {
+    "cert_file": "/etc/vipd/tls.crt",
+    "key_file": "/etc/vipd/tls.key",
+    "auth": "token",
+}
+SECURE_MONITORING = {
+    "tlsConfig": {"ca": {"configMap": {"name": "vipd-metrics-ca", "key": "ca.crt"}},
+                  "serverName": "vipd"},
+    "tokenSecret": {"name": "prometheus-vipd-token", "key": "token"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "tls-token"])
 @pytest.mark.parametrize("kind", ["podMonitor", "serviceMonitor"])
 def test_chart_scrape_objects_are_the_ones_in_manifests_monitoring(
-    kind: str, tmp_path: Path
+    kind: str, secure: bool, tmp_path: Path
 ) -> None:
-    values = values_for(CASES[0][1], {"monitoring": {kind: {"enabled": True}}})
-    objs = chart_objects(values, tmp_path, "kube-system")
-    ours = [o for o in objs if o["kind"] not in ("DaemonSet", "ConfigMap")]
-    name = "vipd-podmonitor.yaml" if kind == "podMonitor" else "vipd-servicemonitor.yaml"
-    committed = docs((MONITORING / name).read_text())
+    cfg = {**CASES[0][1], "metrics": SECURE_METRICS} if secure else CASES[0][1]
+    monitoring: dict[str, Any] = {kind: {"enabled": True}}
+    if secure:
+        monitoring.update(SECURE_MONITORING)
+    values = values_for(cfg, {"monitoring": monitoring})
+    scrape = ("Service", "PodMonitor", "ServiceMonitor")
+    ours = [o for o in chart_objects(values, tmp_path, "kube-system") if o["kind"] in scrape]
+    name = "vipd-podmonitor" if kind == "podMonitor" else "vipd-servicemonitor"
+    committed = docs((MONITORING / f"{name}{'-tls' if secure else ''}.yaml").read_text())
     assert ours == committed
     for obj in ours:
         if obj["apiVersion"] == "v1":

@@ -9,6 +9,7 @@ rely on is the documented threshold (2 s), with the block lasting well past it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import re
@@ -382,7 +383,7 @@ def test_http10_gets_one_answer_and_a_close(endpoint: httpd.Endpoint) -> None:
 
 
 def test_head_has_the_headers_of_get_and_no_body(endpoint: httpd.Endpoint) -> None:
-    data = raw(endpoint, b"HEAD /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+    data = raw(endpoint, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: 3\r\n" in head
     assert body == b""
@@ -391,13 +392,22 @@ def test_head_has_the_headers_of_get_and_no_body(endpoint: httpd.Endpoint) -> No
 @pytest.mark.parametrize(
     ("request_bytes", "status"),
     [
-        (b"POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi", "HTTP/1.1 501 Not Implemented"),
+        (b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 501 Not Implemented"),
+        (
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+            "HTTP/1.1 413 Request Entity Too Large",
+        ),
+        (
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "HTTP/1.1 400 Bad Request",
+        ),
+        (b"GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request"),  # no Host: RFC 9112 3.2
         (b"GARBAGE\r\n\r\n", "HTTP/1.1 400 Bad Request"),
         (b"GET / HTTP/1.1\r\nno colon here\r\n\r\n", "HTTP/1.1 400 Bad Request"),
         (b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n", "HTTP/1.1 400 Bad Request"),
         (b"GET / HTTP/2.0\r\n\r\n", "HTTP/1.1 505 HTTP Version Not Supported"),
         (
-            b"GET / HTTP/1.1\r\nX: " + b"a" * (httpd.MAX_HEAD + 10) + b"\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * (httpd.LIMITS.max_head + 10) + b"\r\n\r\n",
             "HTTP/1.1 431 Request Header Fields Too Large",
         ),
     ],
@@ -413,12 +423,16 @@ def test_bad_requests_get_an_error_and_a_close(
 def test_a_quiet_connection_is_closed_after_the_idle_timeout(
     monkeypatch: pytest.MonkeyPatch, endpoint: httpd.Endpoint
 ) -> None:
-    monkeypatch.setattr(httpd, "IDLE_TIMEOUT", 0.3)
+    endpoint.close()
+    monkeypatch.setattr(httpd, "LIMITS", dataclasses.replace(httpd.LIMITS, idle_timeout=0.3))
+    endpoint = httpd.Endpoint.bind("127.0.0.1:0")
+    endpoint.start()
     with socket.create_connection(("127.0.0.1", endpoint.port), timeout=10) as client:
-        client.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         first = client.recv(65536)
         assert first.startswith(b"HTTP/1.1 200 OK")
         assert client.recv(65536) == b""  # closed by the server, well before our 10 s
+    endpoint.close()
 
 
 # -- the heartbeat and the beats other timers give ------------------------------------------

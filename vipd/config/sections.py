@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any, Literal
 
-from vipd.config.kubeapi import IpvsDiscovery
+from vipd.config.kubeapi import IpvsDiscovery, tls_server_name
 from vipd.config.rules import Command, IPAddress, backends, command, file_or_null, ip_literal
 from vipd.config.schema import (
     Check,
@@ -396,11 +396,74 @@ class Scripts:
     security: bool = field(default=True, metadata=spec(flag()))
 
 
+METRICS_AUTH_MODES = ("none", "token", "client-cert")
+_METRICS_FILE = file_or_null("must be the path of a file, or null")
+
+
+def _metrics_tls_pair(c: Check, _: str, got: Mapping[str, Any], __: Mapping[str, Any]) -> None:
+    if (got["cert_file"] is None) != (got["key_file"] is None):
+        c.fail(
+            "metrics.key_file",
+            "must be set with metrics.cert_file (both or neither)",
+            got["key_file"],
+        )
+
+
+def _metrics_auth(c: Check, key: str, value: object, got: Mapping[str, Any]) -> str:
+    if value not in METRICS_AUTH_MODES or not isinstance(value, str):
+        c.fail(key, f"must be one of {', '.join(METRICS_AUTH_MODES)}", value)
+    if value != "none" and got["cert_file"] is None:
+        c.fail(
+            key,
+            "needs TLS (metrics.cert_file and metrics.key_file): credentials are not sent in clear",
+            value,
+        )
+    return value
+
+
+def _metrics_client_ca(c: Check, _: str, got: Mapping[str, Any], __: Mapping[str, Any]) -> None:
+    if (got["auth"] == "client-cert") != (got["client_ca_file"] is not None):
+        c.fail(
+            "metrics.client_ca_file",
+            'must be set exactly when metrics.auth is "client-cert"',
+            got["client_ca_file"],
+        )
+
+
+def _metrics_api_server(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str | None:
+    if value is not None and (
+        not isinstance(value, str)
+        or not re.fullmatch(r"https://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?/?", value)
+    ):
+        c.fail(
+            key, "must be an https://HOST[:PORT] URL, or null to use the kubeconfig's server", value
+        )
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Metrics:
     # host:port of the HTTP endpoint (/metrics, /healthz, /readyz, /status). vipd binds it
     # before joining the election, so it is also the per-node lock between two vipd instances.
     listen: str = field(default="0.0.0.0:2112", metadata=spec(_listen))
+    # TLS (PEM files, both or neither; None: plain HTTP) and who may read /metrics and /status:
+    # "none", "token" (TokenReview + SubjectAccessReview against the API server, through
+    # kubeconfig/api_server/tls_server_name as in election.lease) or "client-cert" (signed by
+    # client_ca_file). Both need TLS. /healthz and /readyz are always open (the probes).
+    cert_file: str | None = field(default=None, metadata=spec(_METRICS_FILE))
+    key_file: str | None = field(default=None, metadata=spec(_METRICS_FILE))
+    client_ca_file: str | None = field(default=None, metadata=spec(_METRICS_FILE))
+    kubeconfig: str | None = field(
+        default=None, metadata=spec(_METRICS_FILE, then=_metrics_tls_pair)
+    )
+    auth: str = field(
+        default="none",
+        metadata=spec(_metrics_auth, needs=("cert_file",), then=_metrics_client_ca),
+    )
+    api_server: str | None = field(
+        default="https://127.0.0.1:6443", metadata=spec(_metrics_api_server)
+    )
+    tls_server_name: str | None = field(default="kubernetes", metadata=spec(tls_server_name))
 
     @property
     def host(self) -> str:

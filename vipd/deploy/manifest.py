@@ -172,11 +172,13 @@ class Plan:
     dropped_node: str | None  # `node` from the file, which the manifests must not carry
     host_files: tuple[str, ...] = ()  # files the config names on the node (health.ca_file)
     discovery: bool = False  # IPVS discovery reads the default/kubernetes EndpointSlices
+    metrics_auth: bool = False  # metrics.auth: token (TokenReview, SubjectAccessReview)
+    metrics_tls: bool = False  # metrics.cert_file: the endpoint (and so the probes) is HTTPS
 
     @property
     def uses_api(self) -> bool:
-        """The Kubernetes API is used: the Lease, or IPVS discovery."""
-        return self.lease is not None or self.discovery
+        """The Kubernetes API is used: the Lease, IPVS discovery, or the endpoint's tokens."""
+        return self.lease is not None or self.discovery or self.metrics_auth
 
 
 # -- from the config -------------------------------------------------------------------------
@@ -209,8 +211,15 @@ def plan(data: object) -> Plan:
         listen_port=port,
         stop_deadline_s=_stop_deadline(cfg),
         dropped_node=str(dropped) if dropped is not None else None,
-        host_files=(cfg.health.ca_file,) if cfg.health and cfg.health.ca_file else (),
+        host_files=((cfg.health.ca_file,) if cfg.health and cfg.health.ca_file else ())
+        + tuple(
+            f
+            for f in (cfg.metrics.cert_file, cfg.metrics.key_file, cfg.metrics.client_ca_file)
+            if f is not None
+        ),
         discovery=cfg.ipvs.enabled and cfg.ipvs.discovery.enabled,
+        metrics_auth=cfg.metrics.auth == "token",
+        metrics_tls=cfg.metrics.cert_file is not None,
     )
 
 
@@ -276,7 +285,10 @@ def _security_context(caps: bool) -> dict[str, Any]:
 
 
 def _probe(p: Plan, path: str, period: int, failures: int) -> dict[str, Any]:
-    get: dict[str, Any] = {"path": path, "port": p.listen_port, "scheme": "HTTP"}
+    # HTTPS: the kubelet does not verify the certificate, and sends no credentials (the
+    # probes' paths are always open).
+    scheme = "HTTPS" if p.metrics_tls else "HTTP"
+    get: dict[str, Any] = {"path": path, "port": p.listen_port, "scheme": scheme}
     if p.listen_host not in ("0.0.0.0", "::"):
         # hostNetwork: the kubelet would probe the node's address, which a loopback-only
         # endpoint does not answer.
@@ -606,7 +618,47 @@ def rbac(p: Plan, opts: Options) -> list[dict[str, Any]]:
         )
     for ns, ns_rules in rules.items():
         out += _role_and_binding(ns, ns_rules, opts, labels)
+    if p.metrics_auth:
+        out += _metrics_auth_role(opts, labels)
     return out
+
+
+def _metrics_auth_role(opts: Options, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """metrics.auth: token asks the API server who a scraper's token is and whether it may get
+    the path: the rules of Kubernetes' system:auth-delegator ClusterRole, cluster-scoped."""
+    name = f"{opts.name}-metrics-auth"
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": [
+                {
+                    "apiGroups": ["authentication.k8s.io"],
+                    "resources": ["tokenreviews"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": ["authorization.k8s.io"],
+                    "resources": ["subjectaccessreviews"],
+                    "verbs": ["create"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": opts.name, "namespace": opts.namespace}
+            ],
+        },
+    ]
 
 
 def _role_and_binding(

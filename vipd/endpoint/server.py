@@ -1,12 +1,12 @@
 """vipd's HTTP endpoint: /metrics, /healthz, /readyz and /status on ``metrics.listen``.
 
-What it is: a small threaded HTTP/1.1 server (RFC 9112 message syntax; GET only, persistent
-connections as RFC 9112 section 9.3 says) that answers from state the event loop publishes
-into an `Endpoint`: a heartbeat timestamp, a readiness verdict and a status document. It runs
-in threads of its own (one that accepts, one per connection), so it still answers when the
-event loop is blocked, and that is how /healthz can say so. It is vipd's own rather than
-``http.server``, which brings ``email``, ``http.client`` and ``ssl`` (~7 MiB of RSS) into a
-process that serves four fixed paths.
+What it is: the answers of a GET-only HTTP/1.1 endpoint, from state the event loop
+publishes into an `Endpoint`: a heartbeat timestamp, a readiness verdict and a status
+document. The connections, the HTTP syntax and the limits that keep a hostile client from
+knocking the endpoint over are ``vipd.endpoint.serving``'s (h11 under a fixed pool of
+threads); who may read /metrics and /status is ``vipd.endpoint.auth``'s. It runs in threads
+of its own, so it still answers when the event loop is blocked, and that is how /healthz can
+say so.
 
 - ``/metrics``: Prometheus text exposition of ``vipd.metrics.REGISTRY`` (OpenMetrics when the
   scraper asks for it).
@@ -26,15 +26,21 @@ The heartbeat is a loop timer every ``HEARTBEAT_INTERVAL`` s, but any other time
 that runs when the heartbeat is less than half an interval away beats in its place
 (`Endpoint.offer_beat`; the VRRP driver offers every loop timer it runs) and pushes the
 heartbeat's own timer a whole interval on. A VRRP Backup that wakes every few hundred
-milliseconds for its down timer then pays no wake-up for the heartbeat (a Master's steady
-adverts come from the advert pacer's thread, ``vipd.vrrp.pacer``, and cannot beat for the
-loop); the beat's age still never exceeds one interval on a live loop, and a loop that is
-stuck beats nowhere.
+milliseconds for its down timer then pays no wake-up for the heartbeat (below 0.1 s a
+Master's steady adverts come from the advert pacer's thread, ``vipd.vrrp.pacer``, and cannot
+beat for the loop); the beat's age still never exceeds one interval on a live loop, and a loop
+that is stuck beats nowhere.
 
-The accepting thread sleeps in ``select`` on the listening socket and a wake-up pipe, with no
-timeout: an idle endpoint costs no wake-ups. A connection's thread reads requests until the
-client closes, asks to close, or is idle for ``IDLE_TIMEOUT`` s; a client that hangs up before
-its answer is written is its own business and is not logged.
+The I/O thread sleeps in ``select`` with no timeout while no connection is open: an idle
+endpoint costs no wake-ups. It answers /healthz, /readyz and unknown paths itself
+(`Endpoint._quick`: published values only), so the probes never wait for a worker; /metrics
+and /status go to a worker. A client that hangs up before its answer is written is its own
+business and is not logged.
+
+With ``metrics.cert_file`` the endpoint speaks TLS; with ``metrics.auth`` /metrics and /status
+need a bearer token the API server vouches for (TokenReview) and allows ``get`` on the path
+(SubjectAccessReview), or a client certificate signed by ``metrics.client_ca_file``.
+/healthz and /readyz stay open: the kubelet's probes send neither.
 
 Binding is separate from serving and happens first (`Endpoint.bind`, before vipd joins the
 election): the port is the per-node lock that keeps two vipd instances apart (``vipd
@@ -50,26 +56,26 @@ loop published: plain floats, bools and an immutable snapshot), or block the loo
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import errno
 import json
-import logging
-import os
-import selectors
+import math
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping
 from ipaddress import IPv6Address, ip_address
 from typing import TYPE_CHECKING, Any
 
-from vipd import log as vlog
 from vipd.aio import on_loop
+from vipd.endpoint import serving
 from vipd.host import sdnotify
 
 if TYPE_CHECKING:
     import asyncio
+    import ssl
     from types import ModuleType
+
+    from vipd.config import Metrics
+    from vipd.endpoint.auth import Guard
 
 
 # asyncio and the metrics are imported where they are used: binding the
@@ -84,11 +90,19 @@ HEARTBEAT_INTERVAL = 1.0
 HEALTHZ_MAX_AGE = 2.0
 # How long a /status request waits for the loop to build the document (then: the last one).
 STATUS_WAIT = 1.0
-# A connection with no request for this long is closed (a scraper reconnects; a half-open
-# connection does not hold a thread for ever). Prometheus scrapes at most every few seconds.
-IDLE_TIMEOUT = 60.0
-# The request line and headers of a GET: far more than any scraper or probe sends.
-MAX_HEAD = 16 * 1024
+# The limits (vipd.endpoint.serving): 4 workers (a scrape, two probes and a `vipd status` at
+# once, with one to spare); 64 open connections (the oldest goes to make room); a request head
+# of at most 16 KiB (far more than any scraper or probe sends) that must arrive whole within
+# 10 s of its first byte; a kept-alive connection idle for 60 s is closed (Prometheus scrapes
+# at most every few seconds); an answer must be written within 10 s.
+LIMITS = serving.Limits(
+    workers=4,
+    max_connections=64,
+    max_head=16 * 1024,
+    head_timeout=10.0,
+    idle_timeout=60.0,
+    write_timeout=10.0,
+)
 
 
 # Descriptors of listening sockets kept bound until the process ends (Endpoint.close).
@@ -102,9 +116,17 @@ class ListenError(Exception):
 class Endpoint:
     """What the loop publishes and the HTTP thread reads (single writer, plain values)."""
 
-    def __init__(self, sock: socket.socket, listen: str) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        listen: str,
+        tls: ssl.SSLContext | None = None,
+        guard: Guard | None = None,
+    ) -> None:
         self.sock = sock
         self.listen = listen
+        self.tls = tls
+        self.guard = guard  # None: /metrics and /status are open
         self.last_beat = time.monotonic()
         # The heartbeat's timer (`heartbeat`): its handle, when it is due, and what it calls.
         self._heart: asyncio.TimerHandle | None = None
@@ -117,11 +139,9 @@ class Endpoint:
         self.ready = False
         self.not_ready_reason = "starting"
         self._status: Mapping[str, Any] = {"ready": False, "ready_reason": "starting"}
-        self._thread: threading.Thread | None = None
+        self._server: serving.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._build: Callable[[], Mapping[str, Any]] | None = None
-        self._wake_r, self._wake_w = os.pipe()
-        self._closing = False
 
     @property
     def port(self) -> int:
@@ -130,8 +150,10 @@ class Endpoint:
     # -- lifecycle ---------------------------------------------------------------------
 
     @classmethod
-    def bind(cls, listen: str) -> Endpoint:
-        """Bind ``listen`` ("HOST:PORT", "[V6]:PORT") now, or raise `ListenError`."""
+    def bind(cls, listen: str, config: Metrics | None = None) -> Endpoint:
+        """Bind ``listen`` ("HOST:PORT", "[V6]:PORT") now, or raise `ListenError`; TLS and
+        authentication as ``config`` says (`check_security` has vetted it)."""
+        tls, guard = security(config) if config is not None else (None, None)
         host, _, port_text = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if isinstance(ip_address(host), IPv6Address) else socket.AF_INET
@@ -144,7 +166,9 @@ class Endpoint:
                 # "[::]:2112" serves IPv4 too unless the host disabled it (bindv6only).
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.bind((host, int(port_text)))
-            sock.listen(16)
+            # A deep backlog: a burst of connections must not fill it before the I/O thread
+            # accepts (a full queue drops a probe's SYN; the kernel caps it at somaxconn).
+            sock.listen(1024)
         except OSError as exc:
             sock.close()
             why = exc.strerror or str(exc)
@@ -152,86 +176,78 @@ class Endpoint:
             if exc.errno == errno.EADDRINUSE:
                 hint = " (is another vipd running on this node?)"
             raise ListenError(f"cannot listen on {listen} (metrics.listen): {why}{hint}") from None
-        return cls(sock, listen)
+        return cls(sock, listen, tls, guard)
 
     def start(self) -> None:
-        """Serve in a daemon thread (the port is already bound)."""
-        self._thread = threading.Thread(target=self._serve, name="httpd")
-        self._thread.daemon = True
-        self._thread.start()
+        """Serve in threads of its own (the port is already bound)."""
+        # Loaded now: what the I/O thread counts must not need a file opened later, when the
+        # process may be out of descriptors (EMFILE is one of the faults it counts).
+        from vipd import metrics  # noqa: F401
 
-    def _serve(self) -> None:
-        """Accept until `close`: one ``select`` with no timeout, so no periodic wake-up."""
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.sock.fileno(), selectors.EVENT_READ)
-            sel.register(self._wake_r, selectors.EVENT_READ)
-            while not self._closing:
-                for key, _ in sel.select():
-                    if key.fd == self._wake_r or self._closing:
-                        return
-                    try:
-                        conn, peer = self.sock.accept()
-                    except OSError:
-                        continue  # the client gave up between select and accept
-                    t = threading.Thread(
-                        target=self._connection, args=(conn, peer), name="httpd-conn"
-                    )
-                    t.daemon = True
-                    t.start()
+        self._server = serving.Server(
+            self.sock, self._answer, LIMITS, _count, self.tls, quick=self._quick
+        )
+        self._server.start()
+
+    @property
+    def _thread(self) -> Any:
+        """The I/O thread (for tests)."""
+        return None if self._server is None else self._server._thread
 
     def close(self, *, keep_lock: bool = False) -> None:
         """Stop serving. The port is released at once, or with ``keep_lock`` only when the
         process ends: the listening socket's descriptor is left open for the kernel to
         close at exit (connections made until then wait unanswered in its backlog)."""
-        self._closing = True
-        if self._thread is not None:
-            os.write(self._wake_w, b"x")
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         if keep_lock:
             if self.sock.fileno() >= 0:
                 _HELD_LOCKS.append(self.sock.detach())
         else:
             self.sock.close()
-        for fd in (self._wake_r, self._wake_w):
-            if fd >= 0:  # a second close is a no-op
-                os.close(fd)
-        self._wake_r = self._wake_w = -1
 
-    # -- one connection (its own thread) ---------------------------------------------
+    # -- one request (a worker thread) -----------------------------------------------
 
-    def _connection(self, conn: socket.socket, peer: Any) -> None:
-        try:
-            with conn:
-                conn.settimeout(IDLE_TIMEOUT)
-                _serve_connection(conn, self._answer)
-        except (ConnectionError, TimeoutError):
-            pass  # a client that hung up or went quiet: its own business
-        except Exception as exc:
-            vlog.event(
-                vlog.get(), logging.WARNING, "endpoint request failed",
-                client=str(peer[0]) if peer else "", error=repr(exc),
-            )  # fmt: skip
+    def _quick(self, req: serving.Request) -> serving.Answer | None:
+        """The answers that read only plain values (the probes, an unknown path): given on
+        the I/O thread, so a kubelet's probe is answered even when every worker is busy.
+        None: /metrics and /status, which a worker answers."""
+        path = req.target.split("?", 1)[0]
+        text = "text/plain; charset=utf-8"
+        if path == "/healthz":
+            ok, why = self.health()
+            return serving.Answer(200 if ok else 503, f"{why}\n".encode(), text)
+        if path == "/readyz":
+            ok, why = self.readiness()
+            return serving.Answer(200 if ok else 503, f"{why}\n".encode(), text)
+        if path in ("/metrics", "/status"):
+            return None
+        return serving.Answer(
+            404, b"not found: try /metrics, /healthz, /readyz or /status\n", "text/plain"
+        )
 
-    def _answer(self, target: str, headers: Mapping[str, str]) -> tuple[int, bytes, str]:
-        """(status code, body, content type) for a GET of ``target``."""
-        path = target.split("?", 1)[0]
+    def _answer(self, req: serving.Request) -> serving.Answer:
+        """/metrics and /status (a worker thread), behind the guard when there is one."""
+        quick = self._quick(req)
+        if quick is not None:
+            return quick
+        path = req.target.split("?", 1)[0]
+        if self.guard is not None:
+            denied = self.guard.check(path, req.headers, req.peer_cert)
+            if denied is not None:
+                body = f"{denied.why}\n".encode()
+                return serving.Answer(
+                    denied.code, body, "text/plain; charset=utf-8", denied.headers
+                )
         if path == "/metrics":
             from vipd import metrics
 
             metrics.LOOP_HEARTBEAT_AGE.set(self.heartbeat_age())
-            scrape, content_type = metrics.exposition(headers.get("accept", ""))
-            return 200, scrape, content_type
-        if path == "/healthz":
-            ok, why = self.health()
-            return (200 if ok else 503), f"{why}\n".encode(), "text/plain; charset=utf-8"
-        if path == "/readyz":
-            ok, why = self.readiness()
-            return (200 if ok else 503), f"{why}\n".encode(), "text/plain; charset=utf-8"
-        if path == "/status":
-            body = json.dumps(self.status(), indent=2, default=str) + "\n"
-            return 200, body.encode(), "application/json"
-        return 404, b"not found: try /metrics, /healthz, /readyz or /status\n", "text/plain"
+            body, content_type = _render_metrics(req.headers.get("accept", ""))
+            return serving.Answer(200, body, content_type)
+        doc = json.dumps(self.status(), indent=2, default=str) + "\n"
+        return serving.Answer(200, doc.encode(), "application/json")
 
     # -- what the loop calls -----------------------------------------------------------
 
@@ -325,8 +341,11 @@ class Endpoint:
     def health(self) -> tuple[bool, str]:
         age = self.heartbeat_age()
         if age > HEALTHZ_MAX_AGE:
+            # Milliseconds rounded up: an age just past the limit never reads as the limit.
+            shown = math.ceil(age * 1000) / 1000
             return False, (
-                f"event loop blocked: last heartbeat {age:.3f} s ago (limit {HEALTHZ_MAX_AGE:g} s)"
+                f"event loop blocked: last heartbeat {shown:.3f} s ago "
+                f"(limit {HEALTHZ_MAX_AGE:g} s)"
             )
         return True, "ok"
 
@@ -367,155 +386,32 @@ class Endpoint:
         return doc
 
 
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    431: "Request Header Fields Too Large",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-    505: "HTTP Version Not Supported",
-}
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+def _render_metrics(accept: str) -> tuple[bytes, str]:
+    """The /metrics body and its Content-Type for a scraper's ``Accept`` header."""
+    from vipd import metrics
+
+    return metrics.exposition(accept)
 
 
-def http_date(when: float) -> str:
-    """IMF-fixdate (RFC 9110 section 5.6.7), in English whatever the locale."""
-    t = time.gmtime(when)
-    return (
-        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
-        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
-    )
+def _count(what: str) -> None:
+    """A connection refused, or a fault the server recovered from (`serving.Server`)."""
+    from vipd import metrics
+
+    if what.endswith("-backoff"):
+        metrics.HTTP_BACKOFFS.labels(what=what.removesuffix("-backoff")).inc()
+    else:
+        metrics.HTTP_REFUSED.labels(reason=what).inc()
 
 
-def response(
-    code: int, body: bytes, content_type: str, *, close: bool, head: bool = False
-) -> bytes:
-    """One HTTP/1.1 response; ``head``: the headers of the GET answer without its body."""
-    lines = [
-        f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}",
-        "Server: vipd",
-        f"Date: {http_date(time.time())}",
-        f"Content-Type: {content_type}",
-        f"Content-Length: {len(body)}",
-        "Cache-Control: no-store",
-    ]
-    if close:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head else body)
+def check_security(config: Metrics) -> None:
+    """Start-up check of the TLS and authentication keys; `ConfigError` (exit 2) names the key."""
+    security(config)
 
 
-class _Reader:
-    """The bytes of one connection, read as they come, split into request heads."""
+def security(config: Metrics) -> tuple[ssl.SSLContext | None, Guard | None]:
+    """The TLS context and the guard of /metrics and /status that ``config`` asks for."""
+    if config.cert_file is None and config.auth == "none":
+        return None, None  # no ssl import: plain HTTP costs nothing more
+    from vipd.endpoint import auth
 
-    def __init__(self, conn: socket.socket) -> None:
-        self.conn = conn
-        self.buf = b""
-
-    def head(self) -> bytes | None:
-        """The next request's line and headers, without the blank line; None at a clean end
-        of the connection (no partial request pending); ValueError when too long."""
-        while True:
-            # Empty lines before a request line are to be ignored (RFC 9112 section 2.2).
-            self.buf = self.buf.lstrip(b"\r\n")
-            end = self.buf.find(b"\r\n\r\n")
-            sep = 4
-            if end < 0:
-                end, sep = self.buf.find(b"\n\n"), 2  # bare LF line ends: RFC 9112 section 2.2
-            if end > MAX_HEAD or (end < 0 and len(self.buf) > MAX_HEAD):
-                raise ValueError("request head too long")
-            if end >= 0:
-                head, self.buf = self.buf[:end], self.buf[end + sep :]
-                return head
-            chunk = self.conn.recv(65536)
-            if not chunk:
-                if self.buf.strip():
-                    raise ConnectionResetError("the client closed mid-request")
-                return None
-            self.buf += chunk
-
-    def skip(self, n: int) -> None:
-        """Read and drop a request body of ``n`` bytes (a GET has none worth reading)."""
-        if n < 0:
-            raise ValueError(f"negative Content-Length {n}")
-        while len(self.buf) < n:
-            chunk = self.conn.recv(65536)
-            if not chunk:
-                raise ConnectionResetError("the client closed mid-body")
-            self.buf += chunk
-        self.buf = self.buf[n:]
-
-
-def parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    """(method, target, version, headers with lower-case names) of a request head; ValueError
-    when it is not HTTP/1.x syntax."""
-    lines = head.decode("latin-1").replace("\r\n", "\n").split("\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-        raise ValueError(f"bad request line {lines[0][:80]!r}")
-    method, target, version = parts
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise ValueError(f"bad header line {line[:80]!r}")
-        key = name.lower()
-        value = value.strip()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return method, target, version, headers
-
-
-def _refuse(conn: socket.socket, code: int, why: bytes) -> None:
-    """Answer an unusable request and end the connection, reading what the client still
-    sends for a moment: closing with unread bytes makes the kernel reset the connection,
-    and a reset can destroy the answer before the client reads it."""
-    conn.sendall(response(code, why, "text/plain", close=True))
-    conn.shutdown(socket.SHUT_WR)
-    conn.settimeout(1.0)
-    with contextlib.suppress(OSError):
-        for _ in range(64):
-            if not conn.recv(65536):
-                break
-
-
-def _serve_connection(
-    conn: socket.socket, answer: Callable[[str, Mapping[str, str]], tuple[int, bytes, str]]
-) -> None:
-    """Answer requests on ``conn`` until it ends: persistent for HTTP/1.1 unless the client
-    says ``Connection: close``, one request for HTTP/1.0 unless it asks to keep it alive."""
-    reader = _Reader(conn)
-    while True:
-        try:
-            head = reader.head()
-        except ValueError:
-            _refuse(conn, 431, b"request head too long\n")
-            return
-        if head is None:
-            return
-        try:
-            method, target, version, headers = parse_head(head)
-        except ValueError as exc:
-            _refuse(conn, 400, f"{exc}\n".encode())
-            return
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
-            _refuse(conn, 505, b"HTTP/1.1 only\n")
-            return
-        tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-        close = "close" in tokens or (version == "HTTP/1.0" and "keep-alive" not in tokens)
-        if "transfer-encoding" in headers:
-            # A chunked body we would have to parse to find the next request: not for a GET.
-            _refuse(conn, 400, b"no request bodies\n")
-            return
-        try:
-            reader.skip(int(headers.get("content-length", "0")))
-        except ValueError:
-            _refuse(conn, 400, b"bad Content-Length\n")
-            return
-        if method not in ("GET", "HEAD"):
-            _refuse(conn, 501, b"GET only\n")
-            return
-        code, body, content_type = answer(target, headers)
-        conn.sendall(response(code, body, content_type, close=close, head=method == "HEAD"))
-        if close:
-            return
+    return auth.tls_context(config), auth.guard(config)

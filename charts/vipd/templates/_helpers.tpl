@@ -39,9 +39,16 @@ DaemonSet uses its ServiceAccount). */}}
 {{- if and $ipvs.enabled $disc.enabled }}true{{ end -}}
 {{- end -}}
 
-{{/* The pods use the Kubernetes API (the Lease, or IPVS discovery): a ServiceAccount. */}}
+{{/* metrics.auth is token: the endpoint asks the API server about scrapers' tokens. */}}
+{{- define "vipd.metricsAuth" -}}
+{{- $m := default dict .Values.metrics -}}
+{{- if eq (default "none" $m.auth) "token" }}true{{ end -}}
+{{- end -}}
+
+{{/* The pods use the Kubernetes API (the Lease, IPVS discovery, or the endpoint's token
+reviews): a ServiceAccount. */}}
 {{- define "vipd.usesApi" -}}
-{{- if or (include "vipd.leaseMode" .) (include "vipd.discovery" .) }}true{{ end -}}
+{{- if or (include "vipd.leaseMode" .) (include "vipd.discovery" .) (include "vipd.metricsAuth" .) }}true{{ end -}}
 {{- end -}}
 
 {{- define "vipd.image" -}}
@@ -113,10 +120,11 @@ Lease: the release within the renew deadline, then one retry period for the next
 
 {{- define "vipd.probe" -}}
 {{- $listen := splitList " " (include "vipd.listen" .root) -}}
+{{- $m := default dict .root.Values.metrics -}}
 httpGet:
   path: {{ .path }}
   port: {{ index $listen 1 }}
-  scheme: HTTP
+  scheme: {{ if $m.cert_file }}HTTPS{{ else }}HTTP{{ end }}
   {{- if not (has (index $listen 0) (list "0.0.0.0" "::")) }}
   host: {{ index $listen 0 | quote }}
   {{- end }}
@@ -135,7 +143,38 @@ capabilities:
   {{- end }}
 {{- end -}}
 
-{{/* The files the config names on the node: health.ca_file. */}}
+{{/* The files the config names on the node, space-separated: health.ca_file, then
+metrics.cert_file, metrics.key_file and metrics.client_ca_file. */}}
 {{- define "vipd.hostFiles" -}}
-{{- if and .Values.health .Values.health.ca_file }}{{ .Values.health.ca_file }}{{ end -}}
+{{- $files := list -}}
+{{- if and .Values.health .Values.health.ca_file }}{{ $files = append $files .Values.health.ca_file }}{{ end -}}
+{{- $m := default dict .Values.metrics -}}
+{{- range $key := list "cert_file" "key_file" "client_ca_file" }}
+{{- if index $m $key }}{{ $files = append $files (index $m $key) }}{{ end }}
+{{- end -}}
+{{- join " " $files -}}
+{{- end -}}
+
+{{/* The scheme, TLS and token of a PodMonitor's or ServiceMonitor's endpoint, from
+metrics.cert_file and metrics.auth; "monitor" is "pod" or "service". */}}
+{{- define "vipd.scrapeSecurity" -}}
+{{- $m := default dict .root.Values.metrics -}}
+{{- $mon := .root.Values.monitoring -}}
+{{- if $m.cert_file }}
+scheme: https
+tlsConfig:
+  {{- toYaml (required "monitoring.tlsConfig: how Prometheus verifies the HTTPS endpoint (metrics.cert_file is set)" (empty $mon.tlsConfig | ternary nil $mon.tlsConfig)) | nindent 2 }}
+{{- end }}
+{{- if include "vipd.metricsAuth" .root }}
+{{- if $mon.tokenSecret }}
+authorization:
+  type: Bearer
+  credentials:
+    {{- toYaml $mon.tokenSecret | nindent 4 }}
+{{- else if eq .monitor "service" }}
+bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+{{- else }}
+{{- fail "monitoring.tokenSecret: the Secret key with Prometheus's token (metrics.auth is token)" }}
+{{- end }}
+{{- end }}
 {{- end -}}
