@@ -28,6 +28,9 @@ Timing theory (RFC 3768 §6.1 / RFC 9568 §6.1), for the backup's priority p and
 interval A: v2 Skew = (256 - p) / 256 s; v3 Skew = (256 - p) x A / 256; Master_Down_Interval =
 3 x A + Skew.
 
+``test_negative_control_version_mismatch_is_dual_master`` is the NEGATIVE CONTROL: vipd on
+VRRPv2 against FRR on VRRPv3 must be caught as a dual master by the same checks.
+
 Runtime: about a minute and a half (the v2 cases dominate). On a failure the lab's logs and
 pcaps are copied to the test's tmp_path.
 """
@@ -42,7 +45,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -61,7 +64,8 @@ MARGIN = 0.5  # s allowed beyond the RFC time for a takeover (scheduling, netlin
 EARLY = 0.01  # s a takeover may come before the theory (timestamp granularity), no more
 STARTUP = {"vipd": 3.0, "frr": 2.0}  # s from spawn to a running state machine, at most
 POLL = 0.05
-VIPD_STOPPED_RE = re.compile(r"msg=\"?stopped\"? .*?adverts_received=(\d+) invalid=(\{[^}]*\})")
+# logfmt quotes the counters once they are not empty: invalid="{'version': 59}".
+VIPD_STOPPED_RE = re.compile(r"msg=\"?stopped\"? .*?adverts_received=(\d+) invalid=\"?(\{[^}]*\})")
 
 # Sends one datagram to the VIP from the client namespace: the kernel resolves the VIP first.
 _POKE = (
@@ -104,12 +108,19 @@ def skew(version: int, priority: int, adv: float) -> float:
 class Duo:
     """FRR on n1, vipd on n2, a capture on both ports and the client's view of the VIP."""
 
-    def __init__(self, lab: Lab, mode: Mode, high: Literal["frr", "vipd"]) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        mode: Mode,
+        high: Literal["frr", "vipd"],
+        *,
+        vipd_spec: VrrpSpec | None = None,
+    ) -> None:
         self.lab, self.mode = lab, mode
         self.spec = mode.spec()
         n1, n2 = lab.nodes
         self.frr = FrrVrrp(lab, n1, self.spec, HIGH if high == "frr" else LOW)
-        self.vipd: Daemon = make_daemon("vipd", lab, n2, self.spec)
+        self.vipd: Daemon = make_daemon("vipd", lab, n2, vipd_spec or self.spec)
         self.vipd.priority = HIGH if high == "vipd" else LOW
         self.capture = Capture(lab, [n1, n2], arp=mode.family == 4)
         self.t0 = time.time()
@@ -259,6 +270,7 @@ class Duo:
 
 
 def final_checks(duo: Duo) -> None:
+    """After both stopped: vipd's receive counters, and the wire contract for every advert."""
     problems: list[str] = []
     stops = VIPD_STOPPED_RE.findall(duo.vipd.log_path.read_text(errors="replace"))
     if not stops:
@@ -351,3 +363,35 @@ def test_frr_interop_life_cycle(
             duo.close()
         final_checks(duo)
     print(f"\n[{mode.name} {high}-high] " + " ".join(f"{k}={v:.3f}" for k, v in got.items()))
+
+
+def test_negative_control_version_mismatch_is_dual_master(
+    make_lab: Callable[..., Lab], frr_ok: None, tmp_path: Path
+) -> None:
+    """NEGATIVE CONTROL: FRR on VRRPv3, vipd on VRRPv2. Neither accepts the other's adverts,
+    so both become master; the very checks used above (states, holders, the client's view,
+    vipd's invalid counters) must see it, or the tests above prove nothing."""
+    lab = make_lab(2)
+    mode = MODES[0]
+    v2 = replace(mode.spec(), version=2, advert_interval=1.0)
+    duo = Duo(lab, mode, "frr", vipd_spec=v2)
+    with duo.explained(tmp_path):
+        try:
+            duo.capture.start()
+            duo.start("frr")
+            duo.alone("frr", STARTUP["frr"] + mdi(3, HIGH, mode.advert) + MARGIN)
+            duo.start("vipd")
+            duo.wait(
+                "vipd to become master as well",
+                lambda: duo.state("vipd") == "MASTER",
+                STARTUP["vipd"] + mdi(2, LOW, 1.0) + MARGIN,
+            )
+            with pytest.raises(AssertionError) as caught:
+                duo.settled("frr", "vipd", 0.5)
+            both = (duo.holders(), duo.state("frr"), duo.state("vipd"))
+        finally:
+            duo.close()
+        assert "timed out" in str(caught.value), caught.value
+        assert both == (["frr", "vipd"], "MASTER", "MASTER"), both
+        with pytest.raises(AssertionError, match="dropped adverts as invalid"):
+            final_checks(duo)
