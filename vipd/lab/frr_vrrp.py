@@ -28,7 +28,8 @@ What it must not do: judge an election (the tests do), touch Debian's FRR servic
 ``/etc/frr`` files or its sockets, or leave anything behind: ``close`` (also on a failed
 start) kills both daemons and removes this start's run directory under ``/tmp`` (the run
 directory cannot live in the lab's workdir: that one is root-only and FRR drops to user
-``frr``); the macvlan goes away with the lab's namespace.
+``frr``; it is named ``vipd-lab-<prefix>-frr-…`` so ``topology.cleanup`` removes it after a
+crash too); the daemons die with the lab's namespaces and the macvlan goes away with them.
 """
 
 from __future__ import annotations
@@ -174,8 +175,9 @@ class FrrVrrp:
         self.close()
         self.starts += 1
         self._ensure_vmac()
+        # Named like the lab's own workdir, so topology.cleanup(prefix) also finds it.
         self.run_dir = run_dir = Path(
-            tempfile.mkdtemp(prefix=f"vipd-frr-{self.lab.prefix}-{self.node.name}-")
+            tempfile.mkdtemp(prefix=f"vipd-lab-{self.lab.prefix}-frr-{self.node.name}-")
         )
         user = pwd.getpwnam(FRR_USER)
         os.chown(run_dir, user.pw_uid, user.pw_gid)
