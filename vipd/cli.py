@@ -85,7 +85,8 @@ def _check_offline(path: str | None) -> int:
     cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
     print(f"config {name}: valid (offline: host, wire and API not checked)")
     vips = ", ".join(map(str, cfg.vips))
-    print(f"  VIP {vips}, election {cfg.election.mode}, endpoint {cfg.metrics.listen}")
+    how = "announce routing-table" if cfg.announce.routed else f"election {cfg.election.mode}"
+    print(f"  VIP {vips}, {how}, endpoint {cfg.metrics.listen}")
     return 0
 
 

@@ -5,6 +5,7 @@ the stop's order, its metrics, and how the agent picks it (inert VIP actuators).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from ipaddress import IPv4Address
 from typing import Any
@@ -242,3 +243,36 @@ def test_the_agent_picks_it_and_gives_the_controller_inert_actuators() -> None:
     address.add()
     assert address.observe() and address.remove() and not address.observe()
     assert announcer.send_one()
+
+
+def test_run_decides_on_a_pushed_check_and_wakes_for_the_drain() -> None:
+    """The loop itself, on the real clock: a check's push wakes it; the drain's end wakes it
+    without any push."""
+    bed = Bed(drain=0.2)
+    bed.election.clock = time.monotonic
+
+    async def scenario() -> None:
+        await bed.election.prepare()
+        ready: list[bool] = []
+        task = asyncio.create_task(
+            bed.election.run(bed.published.append, lambda: ready.append(True))
+        )
+        await asyncio.sleep(0.05)
+        # nothing checked yet, a peer listed: not a lone node, so it waits
+        assert ready == [True] and [t.label for t in bed.published] == ["waiting"]
+        now = bed.election.clock()
+        bed.health.snap = {LOCAL: healthy(now), PEER: healthy(now)}
+        bed.election.on_check(LOCAL, None)  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert [t.label for t in bed.published] == ["waiting", "healthy"]
+        now = bed.election.clock()
+        bed.health.snap = {LOCAL: unhealthy(now, now), PEER: healthy(now + 0.001)}
+        await asyncio.sleep(0.01)
+        bed.election.on_health(LOCAL, bed.health.snap[LOCAL])
+        await asyncio.sleep(0.05)
+        assert bed.routes_wanted() == {VIP: Phase.DRAINING}
+        await asyncio.sleep(0.3)  # the drain ends: woken by its timer, not by a push
+        assert bed.routes_wanted() == {VIP: Phase.WITHDRAWN}
+        task.cancel()
+
+    asyncio.run(scenario())
