@@ -45,7 +45,7 @@ from vipd.hooks import HookRunner
 from vipd.host import sdnotify
 from vipd.host.faultsig import FAULT_SIGNALS as FAULT_SIGNALS  # re-exported: tests, callers
 from vipd.host.linkwatch import LinkWatch
-from vipd.instance import Instance, MakeActuators, host_actuators
+from vipd.instance import Instance, MakeActuators, host_actuators, inert_actuators
 from vipd.lifecycle import OrderedStop, Step, Tasks, Wiring, together
 from vipd.linkfollow import LinkFollower, WatchLink
 from vipd.livereload import Loader
@@ -65,7 +65,12 @@ EXIT_SIGNAL_BASE = 128  # stopped by another terminating signal: 128 + its numbe
 def make_elections(cfg: Config, pre: Preflight) -> list[Election]:
     """The backend ``election.mode`` names, as instances: the Lease moves every VIP with one
     Lease; VRRP runs one virtual router per address family of the VIPs (RFC 9568 §7), IPv4
-    first, each on ``election.vrrp.vrid``."""
+    first, each on ``election.vrrp.vrid``. Routing-table mode elects nothing: one instance
+    for every VIP applies the ECMP pool rule (``vipd.routed.backend``)."""
+    if cfg.announce.routed:
+        from vipd.routed.backend import RoutedElection
+
+        return [RoutedElection(cfg, pre)]
     if cfg.election.mode == "lease":
         from vipd.lease.driver import LeaseElection
 
@@ -92,6 +97,9 @@ class Agent:
         self.cfg = cfg
         self.loader = loader
         self.stop_signal: int | None = None
+        if cfg.announce.routed and actuators is host_actuators:
+            # Routes bind and announce the VIP (vipd.routed.backend): no address, no ARP.
+            actuators = inert_actuators
         self._make_actuators = actuators
         self._watch_link = watch_link
         self.endpoint = endpoint

@@ -85,7 +85,8 @@ def _check_offline(path: str | None) -> int:
     cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
     print(f"config {name}: valid (offline: host, wire and API not checked)")
     vips = ", ".join(map(str, cfg.vips))
-    print(f"  VIP {vips}, election {cfg.election.mode}, endpoint {cfg.metrics.listen}")
+    how = "announce routing-table" if cfg.announce.routed else f"election {cfg.election.mode}"
+    print(f"  VIP {vips}, {how}, endpoint {cfg.metrics.listen}")
     return 0
 
 
@@ -111,6 +112,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         for finding in pre.findings:
             print(f"  preflight: {finding}")
         startup.check_access(cfg)
+        return 0
+    if cfg.announce.routed:
+        a, h = cfg.announce, cfg.health
+        assert h is not None  # the config requires it in this mode
+        print(
+            f"  routing-table mode: table {a.table} protocol {a.protocol} drain {a.drain:g}s "
+            f"pool {a.pool}; health {h.path} on {h.local} port {h.port}, peers "
+            f"{', '.join(map(str, h.peers)) or 'none (a lone node announces at once)'}"
+        )
+        for finding in pre.findings:
+            print(f"  preflight: {finding}")
         return 0
     v = cfg.election.vrrp
     peers = pre.unicast_peers

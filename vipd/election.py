@@ -116,7 +116,8 @@ class Election(Protocol):
 
     @property
     def backend(self) -> str:
-        """``"vrrp"`` or ``"lease"``: the ``backend`` label of the shared metrics."""
+        """``"vrrp"``, ``"lease"`` or ``"routed"``: the ``backend`` label of the shared
+        metrics."""
         ...
 
     @property

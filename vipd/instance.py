@@ -7,11 +7,16 @@ address, a packet socket for the gratuitous ARP / unsolicited NA). With several 
 agent runs one instance per set of VIPs that moves together (RFC 9568 §7: one virtual router
 per address family; one Lease for all).
 
+In routing-table mode (``announce.mode``) the VIP is bound and announced by routes
+(`vipd.routed.backend`), so the controller gets `inert_actuators`: the role still flows
+through it (hooks, status), but no address is added and no frame is sent.
+
 What it must not do: decide or act; the agent and the controller do.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,7 +28,14 @@ from vipd.host.address import AddressActuator
 from vipd.host.announce import Announcer
 from vipd.host.neighbor import announcement, parse_mac
 
-__all__ = ["Actuator", "Announcement", "Instance", "MakeActuators", "host_actuators"]
+__all__ = [
+    "Actuator",
+    "Announcement",
+    "Instance",
+    "MakeActuators",
+    "host_actuators",
+    "inert_actuators",
+]
 
 
 class Actuator(Address, Protocol):
@@ -46,6 +58,50 @@ def host_actuators(
     """The real ones: netlink for the address, a packet socket for the announcements."""
     announcer = Announcer(link.name, announcement(parse_mac(link.mac), vip), on_sent)
     return AddressActuator(link.index, vip), announcer
+
+
+class _InertAddress:
+    """The controller's address step in routing-table mode: remembers, binds nothing."""
+
+    def __init__(self, vip: IPAddress) -> None:
+        self.vip = vip
+        self._on = False
+
+    def observe(self) -> bool:
+        return self._on
+
+    def add(self) -> None:
+        self._on = True
+
+    def remove(self) -> bool:
+        was, self._on = self._on, False
+        return was
+
+    def close(self) -> None:
+        pass
+
+
+class _InertAnnouncer:
+    """The controller's gratuitous ARP in routing-table mode: sends nothing (no L2 peers)."""
+
+    def burst(self, loop: asyncio.AbstractEventLoop, repeat: int, interval: float) -> bool:
+        return True
+
+    def send_one(self) -> bool:
+        return True
+
+    def cancel(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def inert_actuators(
+    link: VipLink, vip: IPAddress, on_sent: Callable[[int], None]
+) -> tuple[Actuator, Announcement]:
+    """Routing-table mode's: the routes are the binding and the announcement."""
+    return _InertAddress(vip), _InertAnnouncer()
 
 
 @dataclass

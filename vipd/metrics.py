@@ -53,7 +53,7 @@ ProcessCollector(registry=REGISTRY)
 
 # Election backends and the roles every backend reports. "init" means not taking part in the
 # election at all: starting, its interface down, or stopping.
-BACKENDS = ("vrrp", "lease")
+BACKENDS = ("vrrp", "lease", "routed")
 ROLES = ("leader", "follower", "init")
 # The stable reason labels (vrrp.state.REASON_LABELS plus the shell's own).
 INVALID_REASONS = (
@@ -542,3 +542,41 @@ for _what in HTTP_BACKOFF_WHATS:
     HTTP_BACKOFFS.labels(what=_what)
 for _result in HTTP_AUTH_RESULTS:
     HTTP_AUTH.labels(result=_result)
+
+
+# -- routing-table mode (vipd.routed.backend) -------------------------------------------------
+
+ROUTED_ANNOUNCED = Gauge(
+    "vipd_routed_announced",
+    "1 while this node announces the VIP in routing-table mode (its announcement route is "
+    "in the exported table), 0 otherwise. sum by (vip) over a cluster is the router's "
+    "number of ECMP paths; 0 for every node means no path.",
+    ["vip"],
+    registry=REGISTRY,
+)
+
+ROUTED_WITHDRAWALS = Counter(
+    "vipd_routed_withdrawals_total",
+    "Announcements withdrawn in routing-table mode, by reason: unhealthy (the local API "
+    "server failed while a peer serves), stop (vipd stopping).",
+    ["vip", "reason"],
+    registry=REGISTRY,
+)
+
+ROUTED_WITHDRAW_REASONS = ("unhealthy", "stop")
+
+
+def init_routed(*, node: str, vips: Sequence[str], interface: str) -> None:
+    """Routing-table mode's series at their starting values (see `init_vrrp`)."""
+    for vip in vips:
+        NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="routed").set(1)
+        set_role("routed", "init", vip)
+        VIP_BOUND.labels(vip=vip).set(0)
+        ROUTED_ANNOUNCED.labels(vip=vip).set(0)
+        for reason in ROUTED_WITHDRAW_REASONS:
+            ROUTED_WITHDRAWALS.labels(vip=vip, reason=reason)
+    for step in STOP_STEPS:
+        STOP_ERRORS.labels(step=step)
+    for result in RELOAD_RESULTS:
+        RELOADS.labels(result=result)
+    READY.set(0)

@@ -208,6 +208,7 @@ FLOORS = {
     "vipd.importers.command": "drivers",
     "vipd.routed": "core",
     "vipd.routed.actuator": "host",
+    "vipd.routed.backend": "drivers",
     "vipd.cli": "cli",
     "vipd.__main__": "cli",
     "vipd.lab": "lab",

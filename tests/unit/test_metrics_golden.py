@@ -3,12 +3,12 @@ and the series present at start must not change without the fixture changing wit
 
 The fixture (``tests/unit/golden/metrics.txt``, text format 0.0.4, and
 ``tests/unit/golden/metrics.openmetrics.txt``, OpenMetrics 1.0) is a scrape of a fresh
-interpreter's registry after ``populate()``: every series a VRRP and a Lease node create at
-start for two VIPs (``init_vrrp``, ``init_lease``, the IPVS reconciler's), plus one series of
-each family that only gets series from events (a transition, a health check, a track, a
-hook, a Lease error and holder, a VRRP master, an interface), so that every family and every
-label name shows in the scrape. A fresh interpreter, because the registry is global and other
-tests in this process add series to it.
+interpreter's registry after ``populate()``: every series a VRRP, a Lease and a routed node
+create at start for two VIPs (``init_vrrp``, ``init_lease``, ``init_routed``, the IPVS
+reconciler's), plus one series of each family that only gets series from events (a
+transition, a health check, a track, a hook, a Lease error and holder, a VRRP master, an
+interface), so that every family and every label name shows in the scrape. A fresh
+interpreter, because the registry is global and other tests in this process add series to it.
 
 What the comparison checks, per format: the set of families; each one's TYPE and HELP (the
 escaped text exactly as written); the set of its samples, each by sample name and label set
@@ -56,6 +56,7 @@ def populate() -> None:
 
     metrics.init_vrrp(node="cp-1", vips=VIPS, interface="eth0", priority=150)
     metrics.init_lease(node="cp-1", vips=VIPS, interface="eth0")
+    metrics.init_routed(node="cp-1", vips=VIPS, interface="eth0")
     # vipd.ipvs.reconciler.Reconciler.__init__
     for state in metrics.IPVS_STATES:
         metrics.IPVS_REAL_SERVERS.labels(state=state).set(0)

@@ -16,6 +16,7 @@ PURE = [
     "config/__init__.py",
     "config/document.py",
     "config/election.py",
+    "config/announce.py",
     "config/error.py",
     "config/kubeapi.py",
     "config/rules.py",

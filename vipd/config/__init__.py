@@ -19,6 +19,7 @@ Where things are (this package re-exports the public names; import them from her
     ``rules``      value rules several sections share (IP literals, node lists, commands)
     ``kubeapi``    ``election.lease``, ``ipvs.discovery`` and their shared API access
     ``election``   ``election`` and ``election.vrrp``
+    ``announce``   ``announce`` (ARP, or routing-table mode's routes)
     ``sections``   ``garp``, ``log``, ``health``, ``ipvs``, ``notify``, ``track``, ``metrics``
     ``document``   `Config` and the top-level keys
     ``source``     the YAML file, the environment overrides, `parse` and `errors`
@@ -54,6 +55,7 @@ Rules and where they come from: in the docstring of the module that declares the
 
 from __future__ import annotations
 
+from vipd.config.announce import Announce
 from vipd.config.document import Config
 from vipd.config.election import Election, Vrrp
 from vipd.config.error import ConfigError
@@ -82,6 +84,7 @@ __all__ = [
     "ENV_OVERRIDES",
     "IPVS_SCHEDULERS",
     "NOTIFY_STATES",
+    "Announce",
     "Command",
     "Config",
     "ConfigError",

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vipd.config.announce import Announce
 from vipd.config.election import Election, read_election
 from vipd.config.rules import IPAddress, ip_literal, vip_problem
 from vipd.config.schema import Check, fields_of, keys_of, read_key, spec
@@ -119,6 +120,7 @@ class Config:
     # None: vipd.preflight picks the interface holding the VIP's subnet
     interface: str | None = field(metadata=spec(_interface, env=("VIPD_INTERFACE", "str")))
     election: Election = field(metadata=spec(read_election, section=Election))
+    announce: Announce = field(default=Announce(), metadata=spec(section=Announce))
     garp: Garp = field(default=Garp(), metadata=spec(section=Garp))
     log: Log = field(default=Log(), metadata=spec(section=Log))
     # None: no health checks, no gating (an empty ``health:`` turns them on)
@@ -162,6 +164,9 @@ def read_config(
     if node is None and hostname:
         node, c.sources["node"] = hostname, "hostname"
     read_key(c, "", Config, "node", {"node": node}, got)
+    announce = read_key(c, "", Config, "announce", top, got)
+    if announce.routed:
+        _routed_election(c, top, got)
     c.election = read_key(c, "", Config, "election", top, got)
     read_key(c, "", Config, "garp", top, got)
     read_key(c, "", Config, "log", top, got)
@@ -171,4 +176,40 @@ def read_config(
     read_key(c, "", Config, "metrics", top, got)  # before ipvs: `errors` lists it so
     for f, _ in fields_of(Config):  # the other sections, in declaration order
         read_key(c, "", Config, f.name, top, got)
+    if announce.routed:
+        _routed_sections(c, got)
     return Config(**got)
+
+
+def _routed_election(c: Check, top: Mapping[str, Any], got: dict[str, Any]) -> None:
+    """``announce.mode: routing-table`` with the ECMP pool: every node decides for itself
+    whether it announces, so there is no election, and an ``election`` section would be a
+    setting that does nothing (a reader would believe VRRP or a Lease still runs)."""
+    if "election" in top:
+        c.fail(
+            "election",
+            "must be absent with announce.mode: routing-table (every node announces by the "
+            "ECMP pool rule; nothing is elected)",
+        )
+    got["election"] = Election(mode="none")
+
+
+def _routed_sections(c: Check, got: Mapping[str, Any]) -> None:
+    """What routing-table mode needs from the other sections."""
+    if got["health"] is None:
+        # The pool rule is "announce while the local API server is healthy": without the
+        # checks every node would announce a path whether its API server answers or not.
+        c.fail(
+            "health",
+            "is required with announce.mode: routing-table (a node announces while its own "
+            "API server is healthy; an empty health: section is enough)",
+        )
+    if got["ipvs"].enabled:
+        # Every announcing node is a path of the router's ECMP route: the router balances;
+        # an IPVS service on one "leader" has no place when there is no leader.
+        c.fail(
+            "ipvs.enabled",
+            "must be false with announce.mode: routing-table (the router's ECMP balances "
+            "over the announcing nodes)",
+            True,
+        )

@@ -198,13 +198,16 @@ class Election:
     still validated, so a typo in it is not silently carried along (`read_election`).
     """
 
-    mode: Literal["vrrp", "lease"] = field(default="vrrp", metadata=spec(choice("vrrp", "lease")))
+    # "none" is never written: it is what announce.mode: routing-table makes (no election)
+    mode: Literal["vrrp", "lease", "none"] = field(
+        default="vrrp", metadata=spec(choice("vrrp", "lease"))
+    )
     vrrp_section: Vrrp | None = field(default=None, metadata=spec(section=Vrrp, yaml="vrrp"))
     lease: Lease | None = field(default=None, metadata=spec(section=Lease))
 
     def __init__(
         self,
-        mode: Literal["vrrp", "lease"],
+        mode: Literal["vrrp", "lease", "none"],
         vrrp: Vrrp | None = None,
         lease: Lease | None = None,
     ) -> None:

@@ -143,10 +143,11 @@ def _weight(c: Check, key: str, value: object, _: Mapping[str, Any]) -> int:
 
 
 def _peers(c: Check, key: str, value: object, got: Mapping[str, Any]) -> tuple[IPAddress, ...]:
-    if value is not None and c.election.mode != "lease" and value != []:
+    if value is not None and c.election.mode == "vrrp" and value != []:
         c.fail(
             key,
-            "is only used with election.mode: lease (VRRP gates by priority: health.weight)",
+            "is only used with election.mode: lease or announce.mode: routing-table (VRRP "
+            "gates by priority: health.weight)",
             value,
         )
     return backends(c, key, value, got)

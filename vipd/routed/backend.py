@@ -1,0 +1,304 @@
+"""Routing-table mode behind the election port: `RoutedElection`, the shell around
+`vipd.routed.core` and `vipd.routed.actuator.RouteActuator`.
+
+What it is
+    The agent's third backend (``announce.mode: routing-table``, docs/design/routed.md). Its
+    "role" is the ECMP pool rule's decision, not an election's result: ``leader`` means this
+    node announces the VIP (the label is `vipd.routed.ecmp`'s reason), ``follower`` that it
+    does not. Every node decides for itself; nothing is sent to the other nodes.
+
+    - ``prepare``: ``converge({})`` in a worker thread before the first decision, so a
+      restart removes every route of vipd's protocol a killed predecessor left (the node is
+      back once its API server has passed ``rise`` checks).
+    - ``run``: `core.advance` on every finished health check (``on_check``, ``on_health``)
+      and at `Step.wake` (a drain ending, a peer's news expiring); the desired phases go to
+      ``RouteActuator.converge`` in a worker thread (pyroute2's IPRoute runs a loop of its
+      own) when they change, and every `RESYNC` seconds to repair drift; a changed decision
+      is published as a `Transition`.
+    - ``resign``: `RouteActuator.withdraw_all`: the announcements off, the drain, the
+      bindings off (make-before-break for routes: the router drops the path while the node
+      still answers), then return. Also after a crash: a route is never left behind.
+
+    The VIP is never bound as an address in this mode: the agent gives the controller the
+    inert actuators (`vipd.instance.inert_actuators`); the binding is the AnyIP route.
+
+What it must not do: decide (`vipd.routed.core` does), or call pyroute2 on the event loop.
+Route calls are serialised by a lock: a converge still running in its thread when the stop
+cancels ``run`` finishes before the withdrawal starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from vipd import log as vlog
+from vipd import metrics
+from vipd.config import Config
+from vipd.election import FOLLOWER, LEADER, Host, IPAddress, Publish, Transition, VipLink
+from vipd.health.checker import HealthChecker
+from vipd.health.tracker import BackendHealth, Outcome
+from vipd.preflight import Preflight
+from vipd.routed.core import Inputs, State, advance
+from vipd.routed.plan import Op, Phase
+from vipd.track import Adjustment
+
+__all__ = ["RESYNC", "RoutedElection", "Routes"]
+
+RESYNC = 10.0  # seconds between converges with nothing changed: someone deleted a route
+RETRY = 1.0  # seconds before another try after a refused route request
+
+
+class Routes(Protocol):
+    """What the backend needs of `RouteActuator` (a fake in the unit tests)."""
+
+    def converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]: ...
+
+    def withdraw_all(self, vips: Sequence[IPAddress], drain: float = ...) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _open_routes(cfg: Config) -> Routes:
+    from vipd.routed.actuator import RouteActuator
+
+    return RouteActuator(cfg.announce.table, cfg.announce.protocol)
+
+
+class RoutedElection:
+    """One node's routing-table announcement, behind the election port."""
+
+    backend = "routed"
+
+    def __init__(
+        self,
+        cfg: Config,
+        pre: Preflight,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        open_routes: Callable[[Config], Routes] = _open_routes,
+    ) -> None:
+        assert cfg.announce.routed and cfg.health is not None
+        self.cfg = cfg
+        self.pre = pre
+        self.clock = clock
+        self._open_routes = open_routes
+        self.log = vlog.get()
+        self.routes: Routes | None = None
+        self.health: HealthChecker | None = None
+        self.state = State()
+        self._lock = threading.Lock()
+        self._applied: dict[IPAddress, Phase] | None = None
+        self._next_resync = 0.0
+        self._wake: asyncio.Event | None = None
+        self._publish: Publish | None = None
+        self._started = False
+        self._role_since: float | None = None
+        self.was_announcing = False
+        self.errors = 0
+        self.transitions = 0
+        own = {str(a.ip) for a in pre.link.addresses} | {str(pre.source), *map(str, pre.sources)}
+        self._own = own | {str(cfg.health.local)}
+
+    # -- what the agent asks -------------------------------------------------------------
+
+    @property
+    def vips(self) -> tuple[IPAddress, ...]:
+        return self.cfg.vips
+
+    @property
+    def health_peers(self) -> list[IPAddress]:
+        """``health.peers`` less this node's own addresses: the pool rule's peers."""
+        h = self.cfg.health
+        return [] if h is None else [a for a in h.peers if str(a) not in self._own]
+
+    @property
+    def announcing(self) -> bool:
+        d = self.state.decision
+        return d is not None and d.announce
+
+    def init_metrics(self) -> None:
+        metrics.init_routed(
+            node=self.cfg.node, vips=[str(v) for v in self.vips], interface=self.pre.link.name
+        )
+
+    async def prepare(self) -> VipLink:
+        """Open the routes and remove whatever a predecessor left (no VIP is wanted yet)."""
+        self.routes = await asyncio.to_thread(self._open_routes, self.cfg)
+        removed = await asyncio.to_thread(self._converge, {})
+        if removed:
+            vlog.event(
+                self.log,
+                logging.INFO,
+                "routed: removed routes left by an earlier run",
+                ops=",".join(type(op).__name__ for op in removed),
+            )
+        link = self.pre.link
+        return VipLink(link.name, link.index, link.mac)
+
+    def attach(self, host: Host) -> None:
+        self.health = host.health
+
+    async def run(self, publish: Publish, ready: Callable[[], None]) -> None:
+        self._publish = publish
+        self._wake = asyncio.Event()
+        a = self.cfg.announce
+        vlog.event(
+            self.log,
+            logging.INFO,
+            "routed announcement started",
+            node=self.cfg.node,
+            vip=",".join(map(str, self.vips)),
+            table=a.table,
+            protocol=a.protocol,
+            drain_s=a.drain,
+            peers=",".join(map(str, self.health_peers)) or "-",
+        )
+        self._started = True
+        for vip in self.vips:
+            metrics.set_role(self.backend, FOLLOWER, str(vip))
+        ready()
+        while True:
+            self._wake.clear()
+            wake = await self.tick()
+            delay = None if wake is None else max(0.0, wake - self.clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def tick(self) -> float | None:
+        """One decision and its routes; returns when to come back without news."""
+        now = self.clock()
+        step = advance(now, self.state, self.inputs())
+        previous, self.state = self.state.decision, step.state
+        if step.changed and step.state.decision is not None:
+            self._decided(previous is not None and previous.announce, now)
+        wake = step.wake
+        if step.desired != self._applied or now >= self._next_resync:
+            try:
+                await asyncio.to_thread(self._converge, step.desired)
+                self._applied = dict(step.desired)
+                self._next_resync = now + RESYNC
+            except OSError as exc:
+                self.errors += 1
+                vlog.event(self.log, logging.ERROR, "routed: route request failed", error=exc)
+                self._applied = None
+                self._next_resync = now + RETRY  # the next try, whatever else happens
+        for vip, phase in step.desired.items():
+            metrics.ROUTED_ANNOUNCED.labels(vip=str(vip)).set(phase is Phase.ANNOUNCED)
+        return self._next_resync if wake is None else min(wake, self._next_resync)
+
+    def inputs(self) -> Inputs:
+        snap: Mapping[IPAddress, BackendHealth] = (
+            self.health.snapshot() if self.health is not None else {}
+        )
+        h = self.cfg.health
+        assert h is not None
+        return Inputs(
+            vips=self.vips,
+            local=snap.get(h.local),
+            peers={a: snap.get(a) for a in self.health_peers},
+            drain=self.cfg.announce.drain,
+        )
+
+    def _decided(self, was: bool, now: float) -> None:
+        d = self.state.decision
+        assert d is not None
+        self.transitions += 1
+        self._role_since = now
+        if was and not d.announce:
+            for vip in self.vips:
+                metrics.ROUTED_WITHDRAWALS.labels(vip=str(vip), reason=d.reason).inc()
+        detail = f"{'announcing' if d.announce else 'not announcing'}: {d.reason}"
+        vlog.event(self.log, logging.INFO, "routed: " + detail)
+        if self._publish is not None:
+            self._publish(Transition(LEADER if d.announce else FOLLOWER, d.reason, detail, now))
+
+    def _converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]:
+        assert self.routes is not None
+        with self._lock:
+            return self.routes.converge(desired)
+
+    def _wake_up(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def on_health(self, addr: IPAddress, health: BackendHealth) -> None:
+        self._wake_up()
+
+    def on_check(self, addr: IPAddress, outcome: Outcome) -> None:
+        # A peer's every good check renews its news (`ecmp.serving`'s freshness).
+        self._wake_up()
+
+    def on_link(self, up: bool) -> None:
+        # The uplink's state reaches the router through BGP and BFD; the routes are on lo.
+        pass
+
+    async def relink(self, pre: Preflight) -> VipLink:
+        self.pre = pre
+        return VipLink(pre.link.name, pre.link.index, pre.link.mac)
+
+    def on_track(self, adj: Adjustment) -> None:
+        pass  # not used in this mode yet (docs/design/routed.md)
+
+    def reconfigure(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._wake_up()
+
+    async def resign(self, graceful: bool) -> None:
+        """Announcements off, the drain, bindings off; then return (also after a crash)."""
+        self.was_announcing = self.announcing
+        if self.routes is None:
+            return
+        now = self.clock()
+        if self.was_announcing:
+            for vip in self.vips:
+                metrics.ROUTED_WITHDRAWALS.labels(vip=str(vip), reason="stop").inc()
+            if self._publish is not None:
+                self._publish(Transition(FOLLOWER, "stop", "stopping: withdrawing", now))
+        for vip in self.vips:
+            metrics.ROUTED_ANNOUNCED.labels(vip=str(vip)).set(0)
+        await asyncio.to_thread(self._withdraw)
+        vlog.event(self.log, logging.INFO, "routed: withdrawn", drain_s=self.cfg.announce.drain)
+
+    def _withdraw(self) -> None:
+        assert self.routes is not None
+        with self._lock:
+            self.routes.withdraw_all(self.vips, self.cfg.announce.drain)
+
+    async def close(self) -> None:
+        if self.routes is not None:
+            routes, self.routes = self.routes, None
+            await asyncio.to_thread(routes.close)
+
+    # -- observability -------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, str]:
+        return (True, "ready") if self._started else (False, "starting")
+
+    def status(self, now: float) -> dict[str, Any]:
+        d = self.state.decision
+        a = self.cfg.announce
+        return {
+            "role": LEADER if self.announcing else FOLLOWER,
+            "role_since_s": None if self._role_since is None else round(now - self._role_since, 6),
+            "last_reason": "" if d is None else d.reason,
+            "duplicate_claim": False,
+            "routed": {
+                "announcing": self.announcing,
+                "phases": {str(v): t.phase.value for v, t in self.state.tracks.items()},
+                "table": a.table,
+                "protocol": a.protocol,
+                "drain_s": a.drain,
+            },
+            "master": None,
+            "peers": [],
+            "counters": {"transitions": self.transitions, "route_errors": self.errors},
+        }
+
+    def stopped_fields(self) -> dict[str, object]:
+        return {"was_announcing": self.was_announcing, "route_errors": self.errors}
