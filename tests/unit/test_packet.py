@@ -383,6 +383,11 @@ CHECK_CASES: list[Any] = [
     pytest.param("source", V2, SRC, PEER, 255, MCAST, id="source-multicast-needs-group"),
     pytest.param("source", V2, PEER, GROUP_V4, 255, UNICAST, id="source-unicast-to-group"),
     pytest.param("source", V2, OTHER, SRC, 255, UNICAST, id="source-unicast-not-a-peer"),
+    pytest.param("owner", replace(V2, priority=255), SRC, GROUP_V4, 255, MCAST, id="owner-v2"),
+    pytest.param("owner", replace(V3, priority=255), SRC, GROUP_V4, 255, V3_MCAST, id="owner-v3"),
+    pytest.param(
+        "owner", replace(V2, priority=255), PEER, SRC, 255, UNICAST, id="owner-v2-unicast"
+    ),
 ]
 
 
@@ -413,6 +418,7 @@ def test_decode_error_is_a_value_error_with_a_label() -> None:
         pytest.param(V2, SRC, GROUP_V4, 255, MCAST, id="multicast"),
         pytest.param(V2, PEER, SRC, 64, UNICAST, id="unicast-any-ttl"),
         pytest.param(V2_PASS, SRC, GROUP_V4, 255, PASS, id="pass"),
+        pytest.param(replace(V3, priority=254), SRC, GROUP_V4, 255, V3_MCAST, id="priority-254"),
         pytest.param(
             replace(V2_PASS, auth_data=b"longpass"),
             SRC,
