@@ -379,8 +379,13 @@ def check(
     if advert.vrid != expect.vrid:
         raise DecodeError("vrid", f"vrid {advert.vrid}, expected {expect.vrid}")
     unicast = bool(expect.unicast_peers)
-    # RFC 3768/9568 §7.1: TTL 255 proves the sender is on-link. Unicast may be routed.
-    if not unicast and ttl != _IP_TTL:
+    # RFC 3768/9568 §7.1: TTL 255 proves the sender is on-link, and §5.1.1.3 has unicast
+    # adverts sent with TTL 255 too, so over IPv4 the check holds in both modes (skipping it
+    # let an off-link host with a spoofed peer source in). keepalived skips it in unicast
+    # but sends IPv4 unicast with TTL 255 unless `unicast_ttl` is set; a routed unicast peer
+    # is not supported. IPv6 unicast stays exempt: keepalived 2.2.7 leaves its hop limit to
+    # the kernel (64), and enforcing 255 there would make such a peer unheard (dual master).
+    if ttl != _IP_TTL and (not unicast or dst.version == 4):
         raise DecodeError("ttl", f"TTL {ttl}, expected {_IP_TTL}")
     if advert.version != expect.version:
         raise DecodeError("version", f"version {advert.version}, expected {expect.version}")
