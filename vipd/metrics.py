@@ -58,7 +58,7 @@ ROLES = ("leader", "follower", "init")
 # The stable reason labels (vrrp.state.REASON_LABELS plus the shell's own).
 INVALID_REASONS = (
     *("truncated", "length", "version", "type", "checksum", "ttl", "auth", "interval"),
-    *("address-list", "vrid", "source", "family"),
+    *("address-list", "vrid", "source", "family", "owner"),
 )
 ACTUATORS = ("address", "ipvs")
 
@@ -280,7 +280,8 @@ VRRP_INVALID = Counter(
     "vipd_vrrp_adverts_invalid_total",
     "VRRP packets dropped, by reason. vrid: another VRID on the segment (routine). version, "
     "auth, interval, address-list: a misconfigured peer this node cannot hear (dual master). "
-    "checksum, length, truncated, ttl, type, source, family: corruption or spoofing.",
+    "checksum, length, truncated, ttl, type, source, family: corruption or spoofing. "
+    "owner: a priority-255 advert, which no vipd node sends (forged, or a real address owner).",
     ["reason"],
     registry=REGISTRY,
 )

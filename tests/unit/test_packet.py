@@ -41,6 +41,7 @@ SRC = IPv4Address("10.0.0.2")
 PEER = IPv4Address("10.0.0.1")
 VIP = IPv4Address("10.0.0.100")
 SRC6 = IPv6Address("fe80::c8")
+PEER6 = IPv6Address("fe80::c9")
 
 V2 = Advert(version=2, vrid=51, priority=100, interval_cs=100, addresses=(VIP,))
 V2_PASS = replace(V2, auth_type=1, auth_data=b"secret")
@@ -345,6 +346,8 @@ CHECK_CASES: list[Any] = [
     pytest.param("vrid", replace(V2, vrid=52), SRC, GROUP_V4, 255, MCAST, id="vrid"),
     pytest.param("vrid", replace(V2, vrid=52), SRC, GROUP_V4, 1, MCAST, id="vrid-before-ttl"),
     pytest.param("ttl", V2, SRC, GROUP_V4, 254, MCAST, id="ttl"),
+    pytest.param("ttl", V2, PEER, SRC, 7, UNICAST, id="ttl-unicast"),
+    pytest.param("ttl", replace(V2, priority=255), PEER, SRC, 64, UNICAST, id="ttl-before-owner"),
     pytest.param("version", V3, SRC, GROUP_V4, 255, MCAST, id="version"),
     pytest.param("auth", V2_PASS, SRC, GROUP_V4, 255, MCAST, id="auth-type"),
     pytest.param(
@@ -383,6 +386,11 @@ CHECK_CASES: list[Any] = [
     pytest.param("source", V2, SRC, PEER, 255, MCAST, id="source-multicast-needs-group"),
     pytest.param("source", V2, PEER, GROUP_V4, 255, UNICAST, id="source-unicast-to-group"),
     pytest.param("source", V2, OTHER, SRC, 255, UNICAST, id="source-unicast-not-a-peer"),
+    pytest.param("owner", replace(V2, priority=255), SRC, GROUP_V4, 255, MCAST, id="owner-v2"),
+    pytest.param("owner", replace(V3, priority=255), SRC, GROUP_V4, 255, V3_MCAST, id="owner-v3"),
+    pytest.param(
+        "owner", replace(V2, priority=255), PEER, SRC, 255, UNICAST, id="owner-v2-unicast"
+    ),
 ]
 
 
@@ -411,8 +419,22 @@ def test_decode_error_is_a_value_error_with_a_label() -> None:
     ("advert", "src", "dst", "ttl", "expect"),
     [
         pytest.param(V2, SRC, GROUP_V4, 255, MCAST, id="multicast"),
-        pytest.param(V2, PEER, SRC, 64, UNICAST, id="unicast-any-ttl"),
+        pytest.param(V2, PEER, SRC, 255, UNICAST, id="unicast"),
+        pytest.param(
+            ZE_V3_V6,
+            SRC6,
+            PEER6,
+            64,
+            Expectation(
+                version=3,
+                vrid=10,
+                addresses=frozenset(ZE_V3_V6.addresses),
+                unicast_peers=frozenset({SRC6}),
+            ),
+            id="ipv6-unicast-hop-limit-64-keepalived",
+        ),
         pytest.param(V2_PASS, SRC, GROUP_V4, 255, PASS, id="pass"),
+        pytest.param(replace(V3, priority=254), SRC, GROUP_V4, 255, V3_MCAST, id="priority-254"),
         pytest.param(
             replace(V2_PASS, auth_data=b"longpass"),
             SRC,

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tests.unit.lan import DEFAULT_LATENCY, Lan
 from vipd.vrrp import state as state_module
 from vipd.vrrp.state import (
+    MAX_LEARNED_INTERVAL_FACTOR,
     REASON_LABELS,
     Action,
     Announce,
@@ -360,6 +361,33 @@ def test_v3_backup_learns_master_interval() -> None:
     m.on_timer(m.deadline)
     assert m.master_adver_interval_cs == 100
     assert m.deadline == 1.0 + 1.804687 + 1.0
+
+
+def test_v3_backup_clamps_a_learned_interval_to_four_times_its_own() -> None:
+    # A forged advert with the largest Max Adver Int (4095 cs) from a higher priority.
+    m = started(params(100, interval_cs=10))
+    m.on_advert(1.0, v4(9), 200, 4095)
+    assert MAX_LEARNED_INTERVAL_FACTOR == 4
+    assert m.master_adver_interval_cs == 40
+    assert m.deadline == 1.0 + 1.2 + skew_time(3, 100, 40)
+    assert m.deadline < 1.0 + 2 * 0.4 * 3  # not 3 x 40.95 s
+    # At the bound itself, and below it, the sender's interval is adopted as sent.
+    m.on_advert(2.0, v4(9), 200, 40)
+    assert m.master_adver_interval_cs == 40
+    m.on_advert(3.0, v4(9), 200, 25)
+    assert m.master_adver_interval_cs == 25
+    assert m.deadline == 3.0 + 0.75 + skew_time(3, 100, 25)
+
+
+def test_active_stepping_down_clamps_the_learned_interval() -> None:
+    m = started(params(100, interval_cs=10))
+    assert m.deadline is not None
+    m.on_timer(m.deadline)
+    assert state_of(m) is State.ACTIVE
+    m.on_advert(5.0, v4(9), 200, 4095)
+    assert state_of(m) is State.BACKUP
+    assert m.master_adver_interval_cs == 40
+    assert m.deadline == pytest.approx(5.0 + 1.2 + skew_time(3, 100, 40), abs=1e-6)
 
 
 def test_v2_backup_does_not_learn_interval() -> None:

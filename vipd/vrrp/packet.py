@@ -21,7 +21,9 @@ What it implements:
     form by default (``message_only=True`` sends the RFC's letter, for strict peers) and
     accept both on receive.
 - The receive checks of RFC 3768 §7.1 / RFC 9568 §7.1 in keepalived's `vrrp_check_packet`
-  order (`check`), raising `DecodeError` whose `reason` is a stable metric label.
+  order (`check`), raising `DecodeError` whose `reason` is a stable metric label; then
+  vipd's own: a priority-255 (address owner, RFC 9568 §6.1) advert is dropped as ``owner``,
+  since no vipd node owns the VIP and one forged owner advert would preempt every node.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ Reason: TypeAlias = Literal[
     "vrid",
     "source",
     "family",
+    "owner",
 ]
 ChecksumForm: TypeAlias = Literal["v2", "pseudo-header", "message-only", "ipv6"]
 
@@ -75,6 +78,7 @@ _MAX_ADDRS = 255  # the count field is one byte
 _MAX_V3_INTERVAL_CS = 0x0FFF
 _MAX_V2_INTERVAL_CS = 255 * 100
 _IP_TTL = 255
+_OWNER_PRIORITY = 255  # RFC 9568 §6.1: only the address owner sends it
 _AUTH_NONE = 0
 _AUTH_PASS = 1
 
@@ -375,8 +379,13 @@ def check(
     if advert.vrid != expect.vrid:
         raise DecodeError("vrid", f"vrid {advert.vrid}, expected {expect.vrid}")
     unicast = bool(expect.unicast_peers)
-    # RFC 3768/9568 §7.1: TTL 255 proves the sender is on-link. Unicast may be routed.
-    if not unicast and ttl != _IP_TTL:
+    # RFC 3768/9568 §7.1: TTL 255 proves the sender is on-link, and §5.1.1.3 has unicast
+    # adverts sent with TTL 255 too, so over IPv4 the check holds in both modes (skipping it
+    # let an off-link host with a spoofed peer source in). keepalived skips it in unicast
+    # but sends IPv4 unicast with TTL 255 unless `unicast_ttl` is set; a routed unicast peer
+    # is not supported. IPv6 unicast stays exempt: keepalived 2.2.7 leaves its hop limit to
+    # the kernel (64), and enforcing 255 there would make such a peer unheard (dual master).
+    if ttl != _IP_TTL and (not unicast or dst.version == 4):
         raise DecodeError("ttl", f"TTL {ttl}, expected {_IP_TTL}")
     if advert.version != expect.version:
         raise DecodeError("version", f"version {advert.version}, expected {expect.version}")
@@ -404,3 +413,9 @@ def check(
         raise DecodeError("address-list", f"{len(addresses)} addresses differ from ours")
     if unicast and src not in expect.unicast_peers:
         raise DecodeError("source", f"src {src} is not a unicast peer")
+    # No vipd node owns the VIP (the config refuses priority 255 and a VIP that is a node
+    # address), so a priority-255 advert claims an ownership nobody has: honouring it would
+    # let one forged packet preempt every node at once (RFC 9568 §6.4.3: a Master steps down
+    # to any higher priority). Checked last, so only an otherwise valid advert counts here.
+    if advert.priority == _OWNER_PRIORITY:
+        raise DecodeError("owner", f"priority {_OWNER_PRIORITY}: no node owns the VIP")

@@ -30,7 +30,10 @@ The rules, with where they come from:
   must not grab the VIP from a running master.
 - BACKUP (RFC 9568 §6.4.2, keepalived ``vrrp_state_backup``). Priority 0 = the master resigned:
   take over after Skew_Time. Otherwise accept the advert (reset the down timer; v3 also adopts
-  the sender's interval) if preemption is off or the sender's priority is >= ours; else
+  the sender's interval, clamped to ``MAX_LEARNED_INTERVAL_FACTOR`` (4) x our own configured
+  interval so that one forged advert cannot stretch the down timer without bound: a shorter
+  interval is adopted as sent, a longer one up to 4x; see docs/design/vrrp.md "Forged
+  adverts") if preemption is off or the sender's priority is >= ours; else
   discard it, so our down timer runs out and we preempt. ``preempt_delay`` (keepalived) keeps
   accepting lower-priority adverts for that long after the first one. Start-up hold: a router
   that has just started (or whose link came up) does not preempt a live master before
@@ -82,6 +85,7 @@ from ipaddress import IPv4Address, IPv6Address
 IPAddress = IPv4Address | IPv6Address
 
 __all__ = [
+    "MAX_LEARNED_INTERVAL_FACTOR",
     "REASON_LABELS",
     "Action",
     "Announce",
@@ -103,6 +107,15 @@ __all__ = [
 # How many advert intervals a backup waits before declaring the master down. Fixed by both
 # RFCs; keepalived's non-standard ``down_timer_adverts`` knob is deliberately not offered.
 DOWN_TIMER_ADVERTS = 3
+
+# A v3 Backup adopts the master's Max Adver Int (RFC 9568 §6.4.2) only up to this many times
+# its own configured interval. The advert is unauthenticated, so without a bound one forged
+# packet with 4095 cs stretches every backup's down timer to 3 x 40.95 s + skew. 4 keeps a
+# real peer at up to 12x our interval from flapping (3 x 4 = 12 intervals before the timer
+# runs out; keepalived's default 1 s against our 0.1 s is 10x), and caps what one forged
+# advert can cost at 3 x 4 x our interval + skew without a holder. See docs/design/vrrp.md
+# "Forged adverts".
+MAX_LEARNED_INTERVAL_FACTOR = 4
 
 # Stable first words of every reason string (see reason_label()).
 REASON_LABELS = frozenset(
@@ -699,9 +712,11 @@ class Machine:
 
     def _learn(self, now: float, src: IPAddress, priority: int, interval_cs: int) -> None:
         # RFC 9568 §6.4.2: v3 sets Master_Adver_Interval from the advert; v2 has no such
-        # variable (the interval must match ours, enforced by the packet checks).
+        # variable (the interval must match ours, enforced by the packet checks). Clamped:
+        # a forged advert must not stretch our down timer without bound.
         if self.params.version == 3:
-            self.master_adver_interval_cs = interval_cs
+            bound = MAX_LEARNED_INTERVAL_FACTOR * self.params.advert_interval_cs
+            self.master_adver_interval_cs = min(interval_cs, bound)
         self.master_ip = src
         self.master_priority = priority
         self.last_advert_at = now
