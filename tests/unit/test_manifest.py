@@ -229,7 +229,7 @@ def test_lease_static_pod_mounts_admin_conf_or_super_admin_conf() -> None:
     assert all(m["name"] != "kubeconfig" for m in main_container(vrrp).get("volumeMounts", []))
 
 
-def test_rbac_may_only_get_and_update_its_own_lease_and_create_one() -> None:
+def test_rbac_may_only_read_watch_and_update_its_own_lease_and_create_one() -> None:
     sa, role, binding = load("lease/rbac.yaml")
     assert (sa["kind"], sa["metadata"]["name"]) == ("ServiceAccount", "vipd")
     assert role["kind"] == "Role"  # namespaced: no ClusterRole
@@ -239,8 +239,8 @@ def test_rbac_may_only_get_and_update_its_own_lease_and_create_one() -> None:
         assert rule["resources"] == ["leases"]
         for verb in rule["verbs"]:
             by_verb.setdefault(verb, []).append(rule)
-    assert sorted(by_verb) == ["create", "get", "update"]
-    for verb in ("get", "update"):
+    assert sorted(by_verb) == ["create", "get", "list", "update", "watch"]
+    for verb in ("get", "list", "update", "watch"):
         assert all(r.get("resourceNames") == ["vipd-cp-lock"] for r in by_verb[verb])
     assert role["metadata"]["namespace"] == "kube-system"
     assert binding["roleRef"] == {
@@ -583,3 +583,22 @@ def test_kubernetes_credentials_only_where_the_mode_needs_them(
     assert (_render("rbac", text, tmp_path) != []) == api
     memory = main_container(pod)["resources"]["requests"]["memory"]
     assert memory == ("128Mi" if api else "64Mi")
+
+
+def test_routing_table_mode_renders_with_a_grace_period_covering_its_drain() -> None:
+    """A config without an election (announce.mode: routing-table) renders every kind, and the
+    pods' grace period covers the withdrawal: the route off, the drain, the binding off."""
+    data = {
+        "vip": "10.0.0.100",
+        "interface": "eth0",
+        "announce": {"mode": "routing-table", "drain": 20},
+        "health": {"peers": ["10.0.0.11", "10.0.0.12"]},
+    }
+    p = manifest.plan(data)
+    assert p.stop_deadline_s >= 20
+    opts = manifest.Options(image="registry.example/vipd:1")
+    for kind in ("pod", "daemonset", "rbac", "config"):
+        manifest.render(kind, p, opts, "vipd.yaml")
+    spec = pod_spec(manifest.pod(p, opts))
+    assert spec["terminationGracePeriodSeconds"] >= 21
+    assert manifest.rbac(p, opts) == []  # no Kubernetes API used in this mode

@@ -238,7 +238,11 @@ def _stop_deadline(cfg: config.Config) -> float:
     and then at most one retry period waiting for the next holder. Then the stop hooks
     (``notify.stop`` and ``notify.all``), each bounded by ``notify.timeout``."""
     lease = cfg.election.lease
-    if cfg.election.mode == "lease" and lease is not None:
+    if cfg.announce.mode == "routing-table":
+        # The withdrawal: the route off, the drain, the binding off (vipd.routed.backend),
+        # and a second for the route calls around it.
+        election = cfg.announce.drain + 1.0
+    elif cfg.election.mode == "lease" and lease is not None:
         election = float(lease.renew_deadline + lease.retry_period)
     else:
         v = cfg.election.vrrp
@@ -689,7 +693,9 @@ def _lease_rules(lease: Lease) -> list[dict[str, Any]]:
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "resourceNames": [lease.name],
-            "verbs": ["get", "update"],
+            # list and watch (with a metadata.name field selector, which RBAC requires for a
+            # rule narrowed by name): the holder learns of a write it did not make at once.
+            "verbs": ["get", "update", "list", "watch"],
         },
         {
             # The first holder creates the Lease; RBAC cannot narrow create by name.
