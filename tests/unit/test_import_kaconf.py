@@ -163,6 +163,7 @@ PURE_IMPORTERS = [
     "importers/__init__.py",
     "importers/kaconf.py",
     "importers/katables.py",
+    "importers/kavalues.py",
     "importers/keepalived.py",
     "importers/kubevip.py",
     "importers/render.py",

@@ -164,6 +164,8 @@ FLOORS = {
     "vipd.log": "core",
     "vipd.metrics": "core",
     "vipd.metrics_registry": "core",
+    "vipd.metrics_agent": "core",
+    "vipd.metrics_drivers": "core",
     "vipd.notify": "core",
     "vipd.reload": "core",
     "vipd.track": "core",

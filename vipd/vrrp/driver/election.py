@@ -8,9 +8,10 @@ with the clock, the adverts and the agent's events (``on_link``, ``on_health``: 
 priority, ``on_track``, ``reconfigure``), executes the actions the machine returns in order
 (send an advert, become active, step down, re-announce) and publishes each role change as a
 `Transition` to the agent, which converges the host (``vipd.agent``, ``vipd.controller``).
-Its parts, one seam each: the machine's timer and the advert pacer (``timers``), quiet
-following (``following``), the claim watch and its policy (``defence``, ``vrrp.claims``),
-the stop's make-before-break (``handover``), the wire and its counters (``wire``).
+Its parts, one seam each: the agent's events (``events``), the machine's timer and the
+advert pacer (``timers``), quiet following (``following``), the claim watch and its policy
+(``defence``, ``vrrp.claims``), the stop's make-before-break (``handover``), the wire and its
+counters (``wire``).
 
 The order of events on a move (docs/design/vrrp.md): a takeover from a dead master sends
 the advert first, then the agent binds the VIP and announces it in the same call; preempting
@@ -29,15 +30,13 @@ every decode error is counted by reason and dropped.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import functools
 import gc
 import importlib
 import logging
 import time
 from collections.abc import Callable
 from ipaddress import IPv6Address
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any
 
 from vipd import log as vlog
 from vipd import track
@@ -45,14 +44,13 @@ from vipd.config import Config
 from vipd.controller import Controller
 from vipd.election import Host, Publish, Transition, VipLink
 from vipd.health.checker import HealthChecker
-from vipd.health.tracker import BackendHealth
-from vipd.health.tracker import Outcome as HealthOutcome
 from vipd.host.vmaclink import VmacLink
 from vipd.preflight import Preflight
 from vipd.vrrp import claims, packet, state
 from vipd.vrrp.driver import links, observe
 from vipd.vrrp.driver.adverts import AdvertIO
 from vipd.vrrp.driver.defence import ClaimDefence
+from vipd.vrrp.driver.events import AgentEvents, _locked
 from vipd.vrrp.driver.following import Follower
 from vipd.vrrp.driver.handover import Handover
 from vipd.vrrp.driver.timers import PACE_BELOW, Timers
@@ -66,25 +64,8 @@ from vipd.vrrp.driver.wire import (
     open_transport,
 )
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
-
-def _locked(
-    method: Callable[Concatenate[VrrpElection, P], R],
-) -> Callable[Concatenate[VrrpElection, P], R]:
-    """The method under the timers' lock: an entry point the loop calls outside
-    ``Timers.guarded`` (the agent's health, track, link and reload events, /status)."""
-
-    @functools.wraps(method)
-    def locked(self: VrrpElection, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with self.timers.lock:
-            return method(self, *args, **kwargs)
-
-    return locked
-
-
-class VrrpElection:
+class VrrpElection(AgentEvents):
     """One VRID of one address family on one interface, behind the election port.
 
     ``vips``: the VIPs of this virtual router, all of one family (default: every VIP of
@@ -279,110 +260,11 @@ class VrrpElection:
             self.timers.stop()
             self.defence.end()
 
-    # -- the election port: events -------------------------------------------------------
-
-    @_locked
-    def on_health(self, addr: IPAddress, health: BackendHealth) -> None:
-        h = self.cfg.health
-        if h is None or addr != h.local or h.weight == 0:
-            return
-        self.follower.catch_up()
-        now = self.clock()
-        priority = self._gated_priority(health.healthy)
-        old = self.machine.priority
-        vlog.event(
-            self.log,
-            logging.INFO,
-            "local API server healthy: priority restored"
-            if health.healthy
-            else "local API server unhealthy: priority lowered",
-            priority_from=old,
-            priority_to=priority,
-            state=self.machine.state.value,
-            error=health.error,
-        )
-        self.apply(self.machine.set_priority(now, priority), now)
-
-    @_locked
-    def on_track(self, adj: track.Adjustment) -> None:
-        """Tracked checks changed: the priority (like health), or with a ``fault`` track down
-        keepalived's FAULT: out of the election (a leader resigns with a priority-0 advert
-        and releases the VIP) until it is up again."""
-        self._track = adj
-        self.follower.catch_up()
-        now = self.clock()
-        self.apply(self.machine.set_priority(now, self._current_priority()), now)
-        if adj.fault and not self._faulted:
-            self._faulted = True
-            vlog.event(
-                self.log, logging.WARNING, "track fault: leaving the election", tracks=adj.down
-            )
-            self.apply(self.machine.shutdown(now), now)
-        elif not adj.fault and self._faulted:
-            self._faulted = False
-            vlog.event(self.log, logging.INFO, "track fault cleared: joining the election")
-            if self.link_up and self._publish is not None:
-                self.apply(self.machine.start(now), now)
-
-    def _current_priority(self) -> int:
-        h = self.cfg.health
-        healthy = h is None or h.weight == 0 or self.health is None or self.health.local_healthy()
-        return self._gated_priority(healthy)
-
-    def _gated_priority(self, healthy: bool) -> int:
-        """The health gate and the tracked checks together (``vipd.track``), floored at 1."""
-        weight = self.cfg.health.weight if self.cfg.health is not None else 0
-        return track.effective_priority(self.vrrp.priority, weight, healthy, self._track)
-
-    @_locked
-    def reconfigure(self, cfg: Config) -> None:
-        """A reload's live keys (``vipd.reload.LIVE``): priority, preemption and its delay,
-        the health weight. The new priority goes through the machine like a health change
-        (a leader sends one advert with it; a backup moves its down timer), so a reload by
-        itself neither releases nor re-announces the VIP."""
-        v = cfg.election.vrrp
-        self.cfg, self.vrrp = cfg, v
-        self.machine.params = dataclasses.replace(
-            self.machine.params,
-            priority=v.priority,
-            preempt=v.preempt,
-            preempt_delay=v.preempt_delay,
-        )
-        self.follower.catch_up()
-        now = self.clock()
-        self.apply(self.machine.set_priority(now, self._current_priority()), now)
-
-    def on_check(self, addr: IPAddress, outcome: HealthOutcome) -> None:
-        """VRRP goes by health changes only (``on_health``)."""
+    # -- the election port: events (the agent's: vipd.vrrp.driver.events) ------------------
 
     async def relink(self, pre: Preflight) -> VipLink:
         """The interface as it is now: fresh sockets on it (see ``links.relink``)."""
         return await links.relink(self, pre)
-
-    @_locked
-    def on_link(self, up: bool) -> None:
-        """Interface down is the machine's ``link_down``, up its ``link_up`` (RFC 9568 §6.4)."""
-        self.link_up = up
-        self.follower.catch_up()
-        now = self.clock()
-        if up:
-            vlog.event(
-                self.log,
-                logging.INFO,
-                "interface is up: joining the election",
-                interface=self.ifname,
-            )
-            if not self._faulted:
-                self.apply(self.machine.link_up(now), now)
-        else:
-            vlog.event(
-                self.log,
-                logging.WARNING,
-                "interface is down: leaving the election and releasing the VIP",
-                interface=self.ifname,
-                state=self.machine.state.value,
-            )
-            self.apply(self.machine.link_down(now), now)
 
     # -- the election port: stop ---------------------------------------------------------
 
