@@ -113,12 +113,13 @@ def test_split_brain_heal_client_follows_the_higher_node(
         ),
         None,
     )
+    took = "never" if settled is None else f"{settled - t_heal:.2f} s"
     print(
         f"\n[{mode.name} {high}-high] {low} backup {t_low_backup - t_heal:.3f} s after the heal; "
+        f"the client on {high} from {took} on; "
         f"failed connects after it: {sum(1 for a in after if not a.ok)}; client's entry: "
         + "; ".join(f"{t - t_heal:+.2f} {e}" for t, e in entries)
     )
-    took = "never" if settled is None else f"{settled - t_heal:.2f} s"
     assert settled is not None and settled - t_heal <= HEAL_BOUND, (
         f"after the heal the client reached the VIP at {high} only after {took} "
         f"(want <= {HEAL_BOUND} s)"
