@@ -7,6 +7,9 @@ bound; the rest of the burst is paced with loop timers (RFC 9568 §6.4.1 asks fo
 announcement per address on takeover; keepalived sends a burst of 5, then 5 more after 5 s, and
 switches that missed the first frame are the reason for the repeats).
 
+``send_once`` writes a few frames from a socket of their own (the step-down that ends a split
+brain, ``vipd.vrrp.yielding``).
+
 What it must not do: build frames on the takeover path (``vipd.host.neighbor`` builds them once at
 start), or block the loop.
 """
@@ -63,3 +66,19 @@ class Announcer:
     def close(self) -> None:
         self.cancel()
         self.sock.close()
+
+
+def send_once(ifname: str, frames: list[bytes]) -> int:
+    """Write ``frames`` on ``ifname`` from a send-only packet socket opened for them (a rare
+    event's frames, not worth a socket kept open); how many the kernel took. OSError when no
+    socket can be opened on ``ifname``."""
+    sent = 0
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, _SEND_ONLY) as sock:
+        sock.bind((ifname, _SEND_ONLY))
+        for frame in frames:
+            try:
+                sock.send(frame)
+            except OSError:
+                continue
+            sent += 1
+    return sent

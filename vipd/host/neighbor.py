@@ -57,12 +57,15 @@ def internet_checksum(data: bytes) -> int:
     return ~total & 0xFFFF
 
 
-def gratuitous_arp(mac: bytes, vip: IPv4Address) -> bytes:
-    """The 42-byte Ethernet frame of an ARP announcement of ``vip`` at ``mac``."""
-    if len(mac) != 6:
+def gratuitous_arp(mac: bytes, vip: IPv4Address, *, eth_src: bytes | None = None) -> bytes:
+    """The 42-byte Ethernet frame of an ARP announcement of ``vip`` at ``mac``.
+
+    ``eth_src``: the frame's source when it is not ``mac`` (a node that relays another
+    holder's MAC sends from its own, so switches do not learn that MAC on its port)."""
+    if len(mac) != 6 or (eth_src is not None and len(eth_src) != 6):
         raise ValueError("mac must be 6 bytes")
     ip = vip.packed
-    eth = BROADCAST_MAC + mac + struct.pack("!H", ETH_P_ARP)
+    eth = BROADCAST_MAC + (eth_src or mac) + struct.pack("!H", ETH_P_ARP)
     # htype 1 (Ethernet), ptype IPv4, hlen 6, plen 4, op 1 (request)
     arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + mac + ip + BROADCAST_MAC + ip
     return eth + arp

@@ -6,9 +6,12 @@ What it is: the shell of ``vrrp.claims.ClaimPolicy`` (RFC 5227 §2.4): one
 virtual router's set: a defence re-announces every bound VIP of it), the policy's timers on
 the driver's clock, its announcements through the agent's controller, its probes through
 the watch, its counters and log lines. While stopping, a claim is the successor's
-announcement and goes to the handover instead.
+announcement and goes to the handover instead. After a step-down to a higher-priority master
+it carries out ``vrrp.yielding``: who holds the VIP now is asked on the wire, and (IPv4) the
+MAC that answered is announced for the VIP, so the clients we moved follow the new master.
 
-What it must not do: decide (the policy does), or announce a VIP this node does not hold.
+What it must not do: decide (the policies do), or announce a VIP this node does not hold,
+except the yielding policy's relay of the MAC that answered for a VIP we just gave up.
 """
 
 from __future__ import annotations
@@ -16,13 +19,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from ipaddress import IPv4Address
 from typing import TYPE_CHECKING
 
 from vipd import log as vlog
 from vipd import metrics
+from vipd.host import announce
 from vipd.host.arpwatch import ClaimWatch
-from vipd.vrrp import claims, state
+from vipd.host.conflict import probe_frame
+from vipd.host.neighbor import gratuitous_arp, parse_mac
+from vipd.vrrp import claims, state, yielding
 from vipd.vrrp.driver.wire import IPAddress, Timer
 
 if TYPE_CHECKING:
@@ -36,6 +43,9 @@ class ClaimDefence:
         self.owner = owner
         self.log = owner.log
         self.policy = claims.ClaimPolicy()
+        self.yielding = yielding.YieldPolicy()
+        # Writes the yielding policy's frames on an interface (a seam for the unit tests).
+        self.send_frames: Callable[[str, list[bytes]], int] = announce.send_once
         self.watches: list[ClaimWatch] = []  # IPv4: one per VIP
         self._timers: dict[str, Timer] = {}
         self._log_claim = vlog.Sparse(self.log, "another node claims the VIP while we hold it")
@@ -50,7 +60,7 @@ class ClaimDefence:
                 ifname,
                 mac,
                 vip,
-                self.on_claim,
+                functools.partial(self.on_claim, vip=vip),
                 also_own=o.vmac.mac if o.vmac is not None else None,
             )
             self.watches.append(watch)
@@ -95,13 +105,23 @@ class ClaimDefence:
             active_since=m.state_since,
         )
 
-    def on_claim(self, mac: str) -> None:
-        """Another MAC announced or answered for the VIP."""
+    def on_claim(self, mac: str, vip: IPAddress | None = None) -> None:
+        """Another MAC announced or answered for the VIP (``vip``, when the watch says)."""
         o = self.owner
         if o.handover is not None:
             o.handover.on_claim()  # stopping: the successor's announcement
             return
-        self._run(self.policy.on_claim(o.clock(), mac, self.lead()))
+        lead = self.lead()
+        if vip is not None and self.yielding.waiting:
+            now = o.clock()
+            self._yield(self.yielding.on_answer(now, vip, mac, leading=lead.leading))
+        self._run(self.policy.on_claim(o.clock(), mac, lead))
+
+    def stepped_down(self, now: float, *, preempted: bool, held: bool) -> None:
+        """We left Active (the VIPs are removed by now): ``preempted`` for a higher-priority
+        advert, ``held`` the VIPs were bound until then."""
+        o = self.owner
+        self._yield(self.yielding.on_step_down(now, o.vips, preempted=preempted, held=held))
 
     def on_advert(self, src: IPAddress, now: float, priority: int) -> None:
         """An advert with a priority while we lead with the VIP bound: another node claims
@@ -157,6 +177,33 @@ class ClaimDefence:
                 if not sent:
                     self._drain()
                 self._run(self.policy.on_probe(o.clock(), action.mac, sent, self.lead()))
+
+    def _yield(self, actions: list[yielding.Action]) -> None:
+        o = self.owner
+        own = parse_mac(o.pre.link.mac)
+        frames: list[bytes] = []
+        for action in actions:
+            if isinstance(action, yielding.Solicit):
+                if isinstance(action.vip, IPv4Address) and not self.watches:
+                    continue  # the holder answers us alone: unread, it would move no one
+                frames.append(probe_frame(own, action.vip))
+            else:
+                frames.append(gratuitous_arp(parse_mac(action.mac), action.vip, eth_src=own))
+        if not frames:
+            return
+        error: OSError | None = None
+        try:
+            sent = self.send_frames(o.ifname, frames)
+        except OSError as exc:  # the link went away meanwhile: the link watch says so
+            sent, error = 0, exc
+        for action in actions:
+            if isinstance(action, yielding.Solicit):
+                what = "asking who holds the VIP now, for the clients we moved"
+                vlog.event(self.log, logging.INFO, what, vip=action.vip, sent=sent, error=error)
+            else:
+                what = "announcing the VIP at the new master's MAC"
+                fields = {"vip": action.vip, "mac": action.mac, "sent": sent, "rfc": "5227"}
+                vlog.event(self.log, logging.INFO, what, **fields, error=error)
 
     def _cancel(self, key: str) -> None:
         timer = self._timers.pop(key, None)

@@ -329,6 +329,8 @@ class VrrpElection(AgentEvents):
         # announcement in the same call (after a priority-0 advert) is what stops the other
         # backups' skew timers, and a log write is the slowest thing here.
         lines: list[tuple[str, str]] = []
+        held = self.controller is not None and self.controller.any_bound
+        preempted: bool | None = None  # set on a step-down: for a higher-priority master?
         for action in actions:
             if isinstance(action, state.SendAdvert):
                 self.adverts.send(action.priority)
@@ -337,6 +339,8 @@ class VrrpElection(AgentEvents):
                 self.stats.transitions[word] += 1
                 self.observe.emit(action.reason, now)
                 lines.append((word, action.reason))
+                if isinstance(action, state.BecomeBackup):
+                    preempted = state.reason_label(action.reason) == "preempted"
             elif isinstance(action, state.Announce):
                 if self.controller is not None:
                     self.controller.announce()
@@ -344,6 +348,9 @@ class VrrpElection(AgentEvents):
             elif isinstance(action, state.ContestLost):
                 # Not a role change: we never held the VIP (nothing to publish or undo).
                 lines.append(("contest", action.reason))
+        if preempted is not None:
+            # The VIPs are removed by now (the agent converged on the transition).
+            self.defence.stepped_down(now, preempted=preempted, held=held)
         for word, reason in lines:
             if word == "contest":
                 vlog.event(self.log, logging.INFO, "release contest lost", reason=reason)
