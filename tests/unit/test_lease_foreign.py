@@ -102,9 +102,21 @@ def test_a_record_naming_us_that_we_did_not_write_is_bound_only_after_the_old_ho
 def test_the_wait_is_the_old_records_expiry_when_that_comes_first() -> None:
     e = elector("n2")
     follower_seeing(e, 0.0, rec("10", "n1"))
+    # Taken while n1's record is valid by every node's view (ours less a retry period and a
+    # read: others may have seen it that much sooner), so no one took the Lease unseen.
+    w, _ = take(e, 2.5, rec("11", "n2"))
+    e.on_result(2.51, w.request.id, Ok(rec("12", "n2", transitions=1, acq="b")), True)
+    assert e.bind_at == pytest.approx(D)  # seen at 0.0, expires at 5.0 < 2.5 + RD
+
+
+def test_near_the_old_records_expiry_the_wait_is_the_renew_deadline() -> None:
+    """Within a retry period and a read of the old record's expiry by our view, another node
+    may already have seen it expire and taken the Lease unseen: bind at send + RD."""
+    e = elector("n2")
+    follower_seeing(e, 0.0, rec("10", "n1"))
     w, _ = take(e, 3.0, rec("11", "n2"))
     e.on_result(3.01, w.request.id, Ok(rec("12", "n2", transitions=1, acq="b")), True)
-    assert e.bind_at == pytest.approx(D)  # seen at 0.0, expires at 5.0 < 3.0 + RD
+    assert e.bind_at == pytest.approx(3.0 + RD)
 
 
 def test_own_record_after_a_restart_is_still_taken_at_once() -> None:
@@ -429,3 +441,29 @@ def test_a_copy_of_our_old_record_written_back_over_another_holder_is_not_ours()
     assert w2.request.stamp_acquire and w2.request.transitions == 1
     assert not leads(e.on_result(2.51, w2.request.id, Ok(rec("4", "n1", 1, acq="c")), True))
     assert e.bind_at == pytest.approx(at + RD)
+
+
+def test_a_write_naming_us_over_a_holder_we_never_saw_is_bound_after_the_renew_deadline() -> None:
+    """The last other holder we saw had expired (a stranger written by hand), another node
+    took the Lease without our seeing it, and then someone renamed the record to us: we
+    cannot know that holder was there, so we bind only at our write's send + renew deadline
+    (a schedule hypothesis found: binding at once gave two holders for 0.94 s)."""
+    s = Sim(["n1", "n2", "n3"], arp=False, watch=False, latency=0.03416934491725692)
+    s.run_until(7.0)
+    for at, what in [(9.5, "stranger"), (15.0, "n1")]:
+        s.run_until(at)
+        s.foreign_write(holder=what)
+    s.run_until(15.0 + 4 * D)
+    assert s.overlap_time() == 0.0, s.timeline
+
+
+def test_a_lease_missing_at_a_later_read_is_bound_after_the_renew_deadline() -> None:
+    """A Lease deleted after the other holder we saw had expired: someone we never saw may
+    have held it when it was deleted."""
+    e = elector("n2")
+    follower_seeing(e, 0.0, rec("10", "n1"))
+    s = sent(e.poll(6.0, True))  # n1's record, seen at 0.0, expired at 5.0 by our view
+    w = sent(e.on_result(6.0, s.request.id, NotFound(), True))
+    assert w.request.verb is Verb.CREATE
+    assert not leads(e.on_result(6.01, w.request.id, Ok(rec("11", "n2", acq="b")), True))
+    assert e.bind_at == pytest.approx(6.0 + RD)

@@ -41,6 +41,8 @@ What it must not do
 
 from __future__ import annotations
 
+import math
+
 from vipd.lease.model import Action, Purpose, Record, Role, Verb
 from vipd.lease.state import ElectorState
 
@@ -107,4 +109,18 @@ class ForeignWrites(ElectorState):
         if rec is not None and rec.holder == me and self._is_own(rec):
             return None
         until = self._other_until
-        return until if until is not None and now < until else None
+        # Other nodes saw that record up to a retry period and a read earlier than we did, so
+        # by their view it expired that much sooner: only while it was valid by every view
+        # can no one have taken the Lease unseen before this write (then its holder, still
+        # renewing, is one we saw and lets go by its expiry as we see it).
+        if until is not None and now < until - self.params.retry_period - self._short():
+            return until
+        if rec is None and not self._seen_any:
+            return None  # no Lease, and none ever seen: the first start, not a deletion
+        if (rec is None and self._own_term is not None) or (rec is not None and self._held_before):
+            return None  # we held it until that write: no one else can have held it unseen
+        # The last other holder we saw has expired by our view, or we saw none: another node
+        # may have taken the Lease since without our seeing it, and this write may have
+        # replaced its record. It lets go by its renew deadline after its last good renewal,
+        # which was sent before that write: bind at our write's send + renew deadline.
+        return math.inf

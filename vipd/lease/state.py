@@ -124,6 +124,8 @@ class ElectorState:
     _late_hold_until: float | None = None
     # Writes by someone else (``vipd.lease.foreign``).
     _own_term: tuple[int, str | None] | None = None  # (transitions, acquireTime) we last wrote
+    # The record before the one last observed was ours, of our term: no one held it unseen.
+    _held_before: bool = False
     _seen_any: bool = False  # an answer about the Lease since start (a record, or 404)
     _restart_rv: str | None = None  # the first record seen since start, when it named us
     _wrote: bool = False  # a write of ours naming us has been answered since start
@@ -193,6 +195,12 @@ class ElectorState:
         self.last_read_ok = now
         if rec.holder and rec.holder != self.params.identity:
             self._other_until = self.expires_at()
+        if changed:  # the same record read again (after the watch saw it) keeps the answer
+            self._held_before = (
+                self._own_term is not None
+                and old is not None
+                and old.holder == self.params.identity
+            )
         if rec.holder != self.params.identity:
             # A write of ours served late carries the version we knew: after any other
             # write it is refused, so a record of our term seen after this one is a copy
