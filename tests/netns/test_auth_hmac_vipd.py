@@ -7,7 +7,8 @@ would hold the VIP too). The attacker in the lab's client namespace sends priori
 adverts built with ``vipd.vrrp.packet`` through a raw socket: unsigned ones, and ones signed
 with another key. Neither moves the VIP (an unsigned priority-254 advert makes a node without
 auth step down at once), and both nodes count them in ``vipd_vrrp_auth_failures_total``
-(``missing``, ``bad-hmac``). Then n1 dies and n2 takes over: auth does not stop a takeover.
+(``missing``, ``bad-hmac``). n2 restarted while n1 holds the VIP joins as a backup (its start
+probe reads the signed adverts). Then n1 dies and n2 takes over.
 
 Needs root (skips with the reason otherwise, fails under CI=true).
 """
@@ -125,6 +126,15 @@ def test_signed_vipd_nodes_agree_and_drop_unsigned_or_wrongly_signed_adverts(
         time.sleep(0.5)
         assert failed(lab, before, "bad-hmac") == {"n1": FORGED + 1, "n2": FORGED + 1}
         assert lab.holders(spec.vip) == ["n1"]
+    # n2 restarts while n1 holds the VIP: its start probe hears n1's signed adverts, so n1
+    # is a VRRP router and not a foreign host, and n2 joins as a backup.
+    daemons[1].stop()
+    daemons[1].start(PRIORITIES[1])
+    deadline = time.monotonic() + 10.0
+    while daemons[1].state() != "BACKUP" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert daemons[1].state() == "BACKUP", daemons[1].log_text()[-2000:]
+    assert lab.holders(spec.vip) == ["n1"]
     # n1 dies: n2 takes over.
     daemons[0].stop(signal.SIGKILL)
     deadline = time.monotonic() + spec.master_down_interval(PRIORITIES[1]) + 5.0
