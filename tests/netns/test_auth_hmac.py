@@ -13,9 +13,9 @@ What it tests:
 - keepalived → vipd: the adverts keepalived sends verify with ``auth.Verifier`` at the time
   they were captured, with the key read from the same file keepalived read it from.
 - vipd itself (``vipd run`` with ``election.vrrp.auth_hmac``) against keepalived, VRRPv3 IPv4
-  multicast and unicast: the higher priority holds the VIP whichever of the two it is, and the
-  other takes over when it is killed; in enforce mode a vipd without auth_hmac is no peer
-  (both hold the VIP), the same vipd with the key is one (one holder).
+  and IPv6, multicast and unicast: the higher priority holds the VIP whichever of the two it
+  is, and the other takes over when it is killed; in enforce mode a vipd without auth_hmac is
+  no peer (both hold the VIP), the same vipd with the key is one (one holder).
 
 Why: the unit tests hold the codec to recorded bytes; this holds it to keepalived's live
 receive path (length detection, its own checksum rules, the replay table) too.
@@ -220,7 +220,9 @@ def test_vipd_verifies_live_keepalived_adverts(
 
 # -- vipd itself against keepalived ------------------------------------------------------------
 
-LIVE = [INBOUND[0], INBOUND[3]]  # v3 IPv4 multicast (time, 5 s), v3 IPv4 unicast (monotonic)
+# v3: IPv4 multicast (time), IPv4 unicast (monotonic), IPv6 multicast (monotonic: signed from
+# the link-local address), IPv6 unicast (time)
+LIVE = [INBOUND[0], INBOUND[3], INBOUND[1], INBOUND[4]]
 
 
 def _vipd(lab: Lab, scenario: kh.Scenario, *, signed: bool) -> Daemon:
