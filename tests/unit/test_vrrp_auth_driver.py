@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Address, ip_address
@@ -212,6 +213,26 @@ def test_a_stale_advert_is_dropped_before_any_hmac(tmp_path: Path) -> None:
         await n.hear(dgram(MCAST["adverts"][0]))
         assert n.election.stats.auth_failures == {"stale": 1}
         assert n.election.machine.master_ip is None
+        await n.stopped()
+
+    run(scenario, tmp_path)
+
+
+def test_a_skewed_clock_is_accepted_and_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario(n: Node) -> None:
+        await n.start()
+        n.wall = MCAST["adverts"][0]["captured_at"] + 3  # window 5: more than half of it
+        with caplog.at_level(logging.WARNING):
+            await n.hear(dgram(MCAST["adverts"][0]))
+        assert n.election.machine.master_ip == KEEPALIVED
+        assert "clock skew approaching" in caplog.text
+        caplog.clear()
+        n.wall = MCAST["adverts"][1]["captured_at"] + 1  # within half the window: quiet
+        with caplog.at_level(logging.WARNING):
+            await n.hear(dgram(MCAST["adverts"][1]))
+        assert "clock skew" not in caplog.text
         await n.stopped()
 
     run(scenario, tmp_path)

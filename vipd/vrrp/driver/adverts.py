@@ -45,6 +45,7 @@ class AdvertIO:
         self._log_send_error = vlog.Sparse(self.log, "advert send failed")
         self._log_dropped = vlog.Sparse(self.log, "advert dropped", every=10000)
         self._log_auth = vlog.Sparse(self.log, "advert failed authentication", every=10000)
+        self._log_skew = vlog.Sparse(self.log, "peer clock skew approaching the auth window")
 
     def send(self, priority: int) -> None:
         o = self.owner
@@ -107,6 +108,9 @@ class AdvertIO:
                     verdict.reason, reason=verdict.reason, src=dgram.src, key_id=verdict.key_id
                 )
                 return
+            if verdict.skew is not None and 2 * abs(verdict.skew) > self.auth.window:
+                # keepalived's warning too: past the window this peer's adverts go stale.
+                self._log_skew(str(dgram.src), src=dgram.src, skew_s=verdict.skew)
         o.stats.adverts_received += 1
         o.stats.checksum_forms[form] += 1
         metrics.VRRP_ADVERTS_RECEIVED.inc()

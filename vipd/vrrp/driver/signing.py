@@ -35,6 +35,7 @@ class AdvertAuth:
         replay = auth.Replay(a.anti_replay)
         window = v.auth_window
         self.mode = mode
+        self.window = window
         self.wall = wall
         self.signer = auth.Signer(keys, mode=mode, replay=replay, window=window)
         self.verifier = auth.Verifier(
