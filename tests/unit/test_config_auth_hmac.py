@@ -5,6 +5,8 @@ the file, never the key."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +172,22 @@ def test_a_reload_re_reads_the_key_files(tmp_path: Path) -> None:
     with pytest.raises(config.ConfigError) as e:
         load()
     assert e.value.key == "election.vrrp.auth_hmac.keys.1"
+
+
+def test_vipd_check_exits_2_naming_the_key_and_the_file(tmp_path: Path) -> None:
+    key = key_file(tmp_path, mode=0o604)
+    conf = tmp_path / "vipd.yaml"
+    conf.write_text(
+        "node: n1\nvip: 10.0.0.100\ninterface: eth0\n"
+        f"election:\n  vrrp:\n    vrid: 51\n    auth_hmac:\n      keys: {{4: {key}}}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "vipd", "check", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("vipd: config error: election.vrrp.auth_hmac.keys.4: key file "), line
+    assert key in line and "0604" in line and KEY not in out.stderr + out.stdout
