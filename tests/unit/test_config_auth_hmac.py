@@ -191,3 +191,11 @@ def test_vipd_check_exits_2_naming_the_key_and_the_file(tmp_path: Path) -> None:
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("vipd: config error: election.vrrp.auth_hmac.keys.4: key file "), line
     assert key in line and "0604" in line and KEY not in out.stderr + out.stdout
+
+
+def test_the_pods_mount_the_key_files_from_the_node() -> None:
+    from vipd.deploy.manifest import model
+
+    d = doc(auth_hmac={"keys": {1: "/etc/vipd/k1", 2: "/etc/vipd/k2"}, "send_key": 2})
+    assert model.plan(d).host_files == ("/etc/vipd/k1", "/etc/vipd/k2")
+    assert model.plan(doc()).host_files == ()
