@@ -66,6 +66,7 @@ from vipd.metrics_agent import (
     VIP_REPAIRS,
 )
 from vipd.metrics_drivers import (
+    AUTH_FAILURE_REASONS,
     HEALTH_BACKEND_HEALTHY,
     HEALTH_CHECK_DURATION,
     HEALTH_CHECKS,
@@ -91,6 +92,7 @@ from vipd.metrics_drivers import (
     ROUTED_WITHDRAWALS,
     VRRP_ADVERTS_RECEIVED,
     VRRP_ADVERTS_SENT,
+    VRRP_AUTH_FAILURES,
     VRRP_INVALID,
     VRRP_MASTER,
     VRRP_MASTER_ADVERT_AGE,
@@ -104,6 +106,7 @@ from vipd.metrics_registry import expose
 
 __all__ = [
     "ACTUATORS",
+    "AUTH_FAILURE_REASONS",
     "BACKENDS",
     "BUILD_INFO",
     "CLAIM_SOURCES",
@@ -159,6 +162,7 @@ __all__ = [
     "VIP_REPAIRS",
     "VRRP_ADVERTS_RECEIVED",
     "VRRP_ADVERTS_SENT",
+    "VRRP_AUTH_FAILURES",
     "VRRP_INVALID",
     "VRRP_MASTER",
     "VRRP_MASTER_ADVERT_AGE",
@@ -229,10 +233,12 @@ def _init_series(backend: str, node: str, vips: Sequence[str], interface: str) -
     READY.set(0)
 
 
-def init_vrrp(*, node: str, vips: Sequence[str], interface: str, priority: int) -> None:
+def init_vrrp(
+    *, node: str, vips: Sequence[str], interface: str, priority: int, auth: bool = False
+) -> None:
     """Create every series this node will export for the VRRP instance of ``vips``, at its
     starting value, so a query sees a 0 instead of no data before the first event (the
-    gauges of an unknown value stay absent until it is known)."""
+    gauges of an unknown value stay absent until it is known); ``auth``: auth_hmac is on."""
     _init_series("vrrp", node, vips, interface)
     for vip in vips:
         VRRP_PRIORITY.labels(vip=vip).set(priority)
@@ -240,6 +246,8 @@ def init_vrrp(*, node: str, vips: Sequence[str], interface: str, priority: int) 
         DUPLICATE_CLAIM.labels(vip=vip).set(0)
     for reason in INVALID_REASONS:
         VRRP_INVALID.labels(reason=reason)
+    for reason in AUTH_FAILURE_REASONS if auth else ():
+        VRRP_AUTH_FAILURES.labels(reason=reason)
 
 
 def set_lease_holder(holder: str | None) -> None:

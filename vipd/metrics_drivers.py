@@ -42,6 +42,17 @@ VRRP_INVALID = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+# vipd.vrrp.auth's Result values that drop an advert (a missing trailer only in enforce mode).
+AUTH_FAILURE_REASONS = ("missing", "malformed", "unknown-key", "bad-hmac", "stale", "replay")
+VRRP_AUTH_FAILURES = Counter(
+    "vipd_vrrp_auth_failures_total",
+    "VRRP adverts dropped by election.vrrp.auth_hmac, by reason. missing: no trailer (enforce "
+    "mode: a peer without auth_hmac, a dual master in waiting). unknown-key, bad-hmac: another "
+    "key or a forgery. stale: a timestamp outside the window (clock skew or an old capture). "
+    "replay: a sequence not above the sender's last. malformed: a trailer of another type.",
+    ["reason"],
+    registry=REGISTRY,
+)
 
 VRRP_PRIORITY = Gauge(
     "vipd_vrrp_priority",

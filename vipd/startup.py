@@ -84,6 +84,7 @@ def load(path: str | None) -> tuple[Config, Preflight]:
     try:
         cfg = read_config(path)
         check_scripts(cfg)
+        check_auth_keys(cfg)
         pre = preflight.check_host(cfg, preflight.read_host())
         check_ca_file(cfg)
         check_lease(cfg)
@@ -106,9 +107,26 @@ def reloader(path: str | None) -> Callable[[], Config] | None:
         cfg = read_config(path)
         check_ca_file(cfg)
         check_scripts(cfg)
+        check_auth_keys(cfg)
         return cfg
 
     return load
+
+
+def check_auth_keys(cfg: Config) -> None:
+    """election.vrrp.auth_hmac: every key file must be readable, private and hold a key
+    (``vipd.vrrp.keyfile``); the error names the key id and the file, never the key."""
+    v = cfg.election.vrrp_section
+    if cfg.election.mode != "vrrp" or v is None or v.auth_hmac is None:
+        return
+    from vipd import config
+    from vipd.vrrp import keyfile
+
+    for key_id, path in v.auth_hmac.keys:
+        try:
+            keyfile.read_key(path)
+        except keyfile.KeyFileError as exc:
+            raise config.ConfigError(f"election.vrrp.auth_hmac.keys.{key_id}", str(exc)) from None
 
 
 def check_ca_file(cfg: Config) -> None:

@@ -12,6 +12,10 @@ What it tests:
   a wrong key is still refused and an unsigned advert makes it BACKUP.
 - keepalived → vipd: the adverts keepalived sends verify with ``auth.Verifier`` at the time
   they were captured, with the key read from the same file keepalived read it from.
+- vipd itself (``vipd run`` with ``election.vrrp.auth_hmac``) against keepalived, VRRPv3 IPv4
+  and IPv6, multicast and unicast: the higher priority holds the VIP whichever of the two it
+  is, and the other takes over when it is killed; in enforce mode a vipd without auth_hmac is
+  no peer (both hold the VIP), the same vipd with the key is one (one holder).
 
 Why: the unit tests hold the codec to recorded bytes; this holds it to keepalived's live
 receive path (length detection, its own checksum rules, the replay table) too.
@@ -24,6 +28,9 @@ not a broken machine.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
 from ipaddress import ip_address
@@ -32,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from tests.netns import keepalived_hmac as kh
+from vipd.lab.daemons import Daemon, VrrpSpec, descendants, make_daemon
 from vipd.lab.topology import Lab
 from vipd.vrrp import auth, packet
 from vipd.vrrp.auth import KeyRing, Mode, Replay, Signer, Verifier
@@ -208,3 +216,123 @@ def test_vipd_verifies_live_keepalived_adverts(
     message, trailer = auth.split(bytes.fromhex(a["payload"]), ipv6=scenario.family == 6)
     verdict = stranger.verify(message, trailer, src=ip_address(a["src"]), now=a["captured_at"])
     assert verdict.reason == "bad-hmac"
+
+
+# -- vipd itself against keepalived ------------------------------------------------------------
+
+# v3: IPv4 multicast (time), IPv4 unicast (monotonic), IPv6 multicast (monotonic: signed from
+# the link-local address), IPv6 unicast (time)
+LIVE = [INBOUND[0], INBOUND[3], INBOUND[1], INBOUND[4]]
+
+
+def _vipd(lab: Lab, scenario: kh.Scenario, *, signed: bool) -> Daemon:
+    """vipd on n2 in ``scenario``, with keepalived's key 1 from a file (``signed``) or without
+    auth_hmac."""
+    section: dict[str, object] | None = None
+    if signed:
+        path = lab.workdir / "vipd-key-1"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(kh.key_value(1) + "\n")
+        section = {"keys": {1: str(path)}, "anti_replay": scenario.anti_replay}
+        if scenario.window is not None:
+            section["window"] = scenario.window
+    spec = VrrpSpec(
+        vip=kh.vips_of(scenario)[0],
+        vrid=scenario.vrid,
+        advert_interval=scenario.advert_int,
+        version=scenario.version,
+        unicast=scenario.unicast,
+        auth_hmac=section,
+    )
+    return make_daemon("vipd", lab, lab.node("n2"), spec)
+
+
+def _until(cond: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def _kill(ka: kh.Keepalived) -> None:
+    """keepalived dies (SIGKILL to its whole tree: no priority-0 advert)."""
+    assert ka.proc is not None
+    for pid in [ka.proc.pid, *descendants(ka.proc.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    ka.proc.wait(timeout=5)
+
+
+@pytest.mark.parametrize("scenario", LIVE, ids=[s.name for s in LIVE])
+def test_vipd_and_keepalived_elect_by_priority_and_take_over(
+    keepalived_hmac: str, netns_ok: None, make_lab: Callable[..., Lab], scenario: kh.Scenario
+) -> None:
+    lab = make_lab(2)
+    vip = kh.vips_of(scenario)[0]
+    ka = _start(lab, keepalived_hmac, scenario)  # n1, priority 100, MASTER
+    vipd = _vipd(lab, scenario, signed=True)
+    try:
+        # vipd at 200 preempts keepalived: keepalived verified vipd's adverts.
+        vipd.start(200)
+        assert _until(lambda: lab.holders(vip) == ["n2"], 15), (lab.holders(vip), vipd.log_text())
+        assert ka.wait_log("Entering BACKUP STATE", 5, ka.mastered), ka.log()
+        backup_at = ka.log().rindex("Entering BACKUP STATE")
+        time.sleep(3 * scenario.advert_int)
+        assert lab.holders(vip) == ["n2"] and vipd.state() == "ACTIVE"
+        # vipd dies: keepalived takes over after its Master_Down_Interval.
+        vipd.stop(signal.SIGKILL)
+        assert ka.wait_log("Entering MASTER STATE", 10, backup_at), ka.log()
+        # vipd again, at 50: a backup that hears keepalived's signed adverts (one holder).
+        vipd.start(50)
+        assert _until(lambda: vipd.state() == "BACKUP", 10), vipd.log_text()
+        assert _until(lambda: lab.holders(vip) == ["n1"], 10), lab.holders(vip)
+        time.sleep(5 * scenario.advert_int)
+        assert lab.holders(vip) == ["n1"] and vipd.state() == "BACKUP", vipd.log_text()
+        # keepalived dies: vipd takes over.
+        _kill(ka)
+        assert _until(lambda: vipd.state() == "ACTIVE", 10), vipd.log_text()
+        assert "n2" in lab.holders(vip)
+        problems = [ln for ln in ka.log().splitlines() if "authentication" in ln]
+        assert not problems, problems
+    finally:
+        vipd.stop()
+        ka.stop()
+
+
+def test_in_enforce_mode_an_unsigned_vipd_is_no_peer_and_a_signed_one_is(
+    keepalived_hmac: str, netns_ok: None, make_lab: Callable[..., Lab]
+) -> None:
+    """The unsigned vipd holds the VIP first (started after keepalived, its start probe would
+    find the VIP answered by a host whose adverts it cannot read, and refuse to claim it);
+    keepalived drops its adverts and vipd cannot read keepalived's: two masters."""
+    scenario = LIVE[0]
+    lab = make_lab(2)
+    vip = kh.vips_of(scenario)[0]
+    unsigned = _vipd(lab, scenario, signed=False)
+    ka: kh.Keepalived | None = None
+    try:
+        unsigned.start(50)
+        assert _until(lambda: lab.holders(vip) == ["n2"], 15), unsigned.log_text()
+        ka = _start(lab, keepalived_hmac, scenario)  # n1, priority 100, MASTER
+        # Neither hears the other: two masters.
+        assert _until(lambda: lab.holders(vip) == ["n1", "n2"], 15), lab.holders(vip)
+        assert ka.wait_log("missing authentication trailer from", 5, ka.mastered), ka.log()
+        time.sleep(5 * scenario.advert_int)
+        assert lab.holders(vip) == ["n1", "n2"], lab.holders(vip)
+        assert unsigned.state() == "ACTIVE"
+        unsigned.stop()
+        # The same node with the key: a backup, one holder.
+        signed = _vipd(lab, scenario, signed=True)
+        signed.start(50)
+        assert _until(lambda: signed.state() == "BACKUP", 10), signed.log_text()
+        assert _until(lambda: lab.holders(vip) == ["n1"], 10), lab.holders(vip)
+        time.sleep(5 * scenario.advert_int)
+        assert lab.holders(vip) == ["n1"] and signed.state() == "BACKUP"
+        signed.stop()
+    finally:
+        unsigned.stop()
+        if ka is not None:
+            ka.stop()

@@ -145,7 +145,7 @@ def test_long_values_are_shortened() -> None:
             "vip, vips",
         ),
         (("election",), "vrp", "mode, vrrp"),
-        (("election", "vrrp"), "prio", "advert_interval, auth_pass, checksum, preempt"),
+        (("election", "vrrp"), "prio", "advert_interval, auth_hmac, auth_pass, checksum, preempt"),
         (("garp",), "count", "delay, interval, refresh, repeat"),
         (("log",), "colour", "format, level"),
     ],
@@ -772,13 +772,18 @@ def test_example_is_the_defaults() -> None:
     assert (cfg.garp, cfg.log, cfg.interface) == (Garp(), Log(), None)
 
 
+def uncommented(text: str) -> str:
+    """The example with its off-by-default sections ("#: " lines) turned on."""
+    return re.sub(r"(?m)^(\s*)#: ?", r"\1", text)
+
+
 def test_example_has_every_key() -> None:
-    data = yaml.safe_load(EXAMPLE.read_text())
+    data = yaml.safe_load(uncommented(EXAMPLE.read_text()))
     found = set()
 
     def walk(node: Mapping[str, Any], prefix: str) -> None:
         for k, v in node.items():
-            if isinstance(v, Mapping):
+            if isinstance(v, Mapping) and f"{prefix}{k}" not in ALL_KEYS:
                 walk(v, f"{prefix}{k}.")
             else:
                 found.add(f"{prefix}{k}")
@@ -788,6 +793,15 @@ def test_example_has_every_key() -> None:
     # writes vip, and vips is shown in the reference.
     assert "vip" in found and "vips" not in found
     assert found | {"vips"} == ALL_KEYS
+
+
+def test_example_with_its_commented_sections_parses(tmp_path: Path) -> None:
+    text = uncommented(EXAMPLE.read_text())
+    assert text != EXAMPLE.read_text()
+    path = tmp_path / "vipd.yaml"
+    path.write_text(text)
+    a = load(str(path), hostname="cp-1").election.vrrp.auth_hmac
+    assert a is not None and a.keys == ((1, "/etc/vipd/vrrp-key-1"),) and a.send_key == 1
 
 
 def docs_table() -> dict[str, str]:

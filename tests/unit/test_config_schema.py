@@ -153,6 +153,7 @@ SECTIONS = sorted(
 MINIMAL: dict[type, tuple[dict[str, Any], dict[str, Any]]] = {
     Vrrp: ({"vrid": 1}, {"vrid": 1}),
     config.Track: ({"file": "/f"}, {"file": "/f", "name": "track-0"}),
+    config.AuthHmac: ({"keys": {1: "/k"}}, {"keys": ((1, "/k"),), "send_key": 1}),
 }
 
 

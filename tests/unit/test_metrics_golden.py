@@ -54,7 +54,7 @@ def populate() -> None:
     """The registry as vipd's start leaves it, plus one series of each event-only family."""
     from vipd import metrics
 
-    metrics.init_vrrp(node="cp-1", vips=VIPS, interface="eth0", priority=150)
+    metrics.init_vrrp(node="cp-1", vips=VIPS, interface="eth0", priority=150, auth=True)
     metrics.init_lease(node="cp-1", vips=VIPS, interface="eth0")
     metrics.init_routed(node="cp-1", vips=VIPS, interface="eth0")
     # vipd.ipvs.reconciler.Reconciler.__init__

@@ -56,6 +56,7 @@ Rules and where they come from: in the docstring of the module that declares the
 from __future__ import annotations
 
 from vipd.config.announce import Announce
+from vipd.config.auth_hmac import AuthHmac
 from vipd.config.document import Config
 from vipd.config.election import Election, Vrrp
 from vipd.config.error import ConfigError
@@ -85,6 +86,7 @@ __all__ = [
     "IPVS_SCHEDULERS",
     "NOTIFY_STATES",
     "Announce",
+    "AuthHmac",
     "Command",
     "Config",
     "ConfigError",

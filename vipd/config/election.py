@@ -12,6 +12,8 @@ Where the rules come from
       (RFC 3768 §5.3.7), and keepalived drops v2 adverts whose interval differs from its own.
     - VRRPv2 is IPv4 only (RFC 3768). ``auth_pass`` is the v2 "simple text password" that
       keepalived still speaks (auth type 1, 8 bytes NUL padded); v3 has no authentication.
+    - ``auth_hmac`` (``vipd.config.auth_hmac``): keepalived >= 2.4's HMAC trailer, any version;
+      refused together with ``auth_pass``, as keepalived drops the password then.
     - Several VIPs: the IPv4 ones are one virtual router and the IPv6 ones another (RFC 9568
       §7: a virtual router has addresses of one family), so unicast peers are needed in each
       family, and the checksum option applies to the IPv4 one only (RFC 9568 §5.2.8).
@@ -25,10 +27,21 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any, Literal, cast
 
+from vipd.config.auth_hmac import AuthHmac, window_for
 from vipd.config.error import Secret
 from vipd.config.kubeapi import Lease
 from vipd.config.rules import IPAddress, node_addresses
-from vipd.config.schema import Check, choice, flag, is_int, is_number, keys_of, read_key, spec
+from vipd.config.schema import (
+    Check,
+    choice,
+    flag,
+    is_int,
+    is_number,
+    keys_of,
+    read,
+    read_key,
+    spec,
+)
 
 __all__ = ["Election", "Vrrp", "read_election"]
 
@@ -162,6 +175,15 @@ def _checksum(c: Check, key: str, value: object, got: Mapping[str, Any]) -> Chec
     return cast(Checksum, checksum)
 
 
+def _auth_hmac(c: Check, key: str, value: object, got: Mapping[str, Any]) -> AuthHmac | None:
+    if value is None:
+        return None
+    if got["auth_pass"] is not None:
+        # keepalived drops the password when auth_hmac is set; one of the two is a mistake
+        c.fail(key, "cannot be set together with auth_pass: remove one of them")
+    return read(c, key, AuthHmac, value)
+
+
 @dataclass(frozen=True, slots=True)
 class Vrrp:
     vrid: int = field(metadata=spec(_vrid, env=("VIPD_VRID", "int"), stand_in=1))
@@ -181,6 +203,18 @@ class Vrrp:
     vmac: bool = field(default=False, metadata=spec(_vmac, needs=("unicast_peers",)))
     # VRRPv3 over IPv4: the checksum we send (vipd.vrrp.packet); both forms are accepted.
     checksum: Checksum = field(default="pseudo-header", metadata=spec(_checksum))
+    # HMAC-SHA256 advert authentication, keepalived's auth_hmac (vipd.config.auth_hmac)
+    auth_hmac: AuthHmac | None = field(
+        default=None, metadata=spec(_auth_hmac, section=AuthHmac, needs=("auth_pass",))
+    )
+
+    @property
+    def auth_window(self) -> int:
+        """auth_hmac's window in seconds: the configured one, else keepalived's default."""
+        a = self.auth_hmac
+        if a is not None and a.window is not None:
+            return a.window
+        return window_for(self.advert_interval)
 
     @property
     def advert_interval_cs(self) -> int:

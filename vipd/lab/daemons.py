@@ -123,6 +123,8 @@ class VrrpSpec:
     vmac: bool = False  # vipd only: election.vrrp.vmac (the VIP on the macvlan vrrp.<vrid>)
     # More VIPs after ``vip`` (vipd's ``vips``; keepalived: one vrrp_instance per family).
     extra_vips: tuple[str, ...] = ()
+    # vipd only: election.vrrp.auth_hmac as written (key files by id, mode...); None: off
+    auth_hmac: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.version not in (2, 3):
@@ -311,6 +313,8 @@ class VipdDaemon(Daemon):
         if s.auth_pass is not None:
             # Not in the documented config yet; written so a mismatch fails loudly at load.
             vrrp["auth_pass"] = s.auth_pass
+        if s.auth_hmac is not None:
+            vrrp["auth_hmac"] = s.auth_hmac
         election: dict[str, Any] = {"mode": "vrrp", "vrrp": vrrp}
         if s.lease is not None:
             election = {

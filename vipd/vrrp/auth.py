@@ -36,7 +36,7 @@ length / IPv6 payload length):
   permissive signs and still accepts adverts without a trailer; enforce (keepalived's default)
   drops them. A trailer that is present and fails drops the advert in every mode.
 
-How the VRRP driver plugs it in (not wired yet):
+How the VRRP driver plugs it in (``vipd.vrrp.driver.signing`` and ``adverts``):
 
 - Start: `vipd.vrrp.keyfile.read_keyring` for the configured key files, then one `Signer` and
   one `Verifier` per virtual router (``senders``: the number of unicast peers, or keepalived's

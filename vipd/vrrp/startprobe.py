@@ -35,6 +35,9 @@ class Adverts:
     def __init__(self, cfg: Config, pre: Preflight, vip: IPv4Address | IPv6Address) -> None:
         self.vrid = cfg.election.vrrp.vrid
         self.vip = vip
+        # auth_hmac: peers' adverts carry a trailer, split off unverified here (hearing one
+        # only lets this node join the election, where it is verified).
+        self.auth = cfg.election.vrrp.auth_hmac is not None
         self.heard: list[str] = []
         self.transport = Transport(
             ifname=pre.link.name,
@@ -50,8 +53,15 @@ class Adverts:
         for item in self.transport.receive():
             if isinstance(item, packet.DecodeError):
                 continue
+            message, trailer = item.message, None
+            if self.auth:
+                from vipd.vrrp import auth  # hashlib: only where auth_hmac is set
+
+                message, trailer = auth.split(message, ipv6=self.vip.version == 6)
             try:
-                advert, _ = packet.decode(item.message, item.src, item.dst)
+                # IPv6: with a trailer the checksum covers it too (the kernel checked it)
+                check = trailer is None or self.vip.version == 4
+                advert, _ = packet.decode(message, item.src, item.dst, verify_checksum=check)
             except packet.DecodeError:
                 continue
             ours = advert.vrid == self.vrid and self.vip in advert.addresses

@@ -123,7 +123,8 @@ class Plan:
     listen_port: int
     stop_deadline_s: float
     dropped_node: str | None  # `node` from the file, which the manifests must not carry
-    host_files: tuple[str, ...] = ()  # files the config names on the node (health.ca_file)
+    # files the config names on the node (health.ca_file, the auth_hmac key files...)
+    host_files: tuple[str, ...] = ()
     discovery: bool = False  # IPVS discovery reads the default/kubernetes EndpointSlices
     metrics_auth: bool = False  # metrics.auth: token (TokenReview, SubjectAccessReview)
     metrics_tls: bool = False  # metrics.cert_file: the endpoint (and so the probes) is HTTPS
@@ -169,11 +170,20 @@ def plan(data: object) -> Plan:
             f
             for f in (cfg.metrics.cert_file, cfg.metrics.key_file, cfg.metrics.client_ca_file)
             if f is not None
-        ),
+        )
+        + _auth_key_files(cfg),
         discovery=cfg.ipvs.enabled and cfg.ipvs.discovery.enabled,
         metrics_auth=cfg.metrics.auth == "token",
         metrics_tls=cfg.metrics.cert_file is not None,
     )
+
+
+def _auth_key_files(cfg: config.Config) -> tuple[str, ...]:
+    """election.vrrp.auth_hmac's key files: read in the pod from the node (root, 0600)."""
+    v = cfg.election.vrrp_section
+    if cfg.election.mode != "vrrp" or v is None or v.auth_hmac is None:
+        return ()
+    return tuple(path for _, path in v.auth_hmac.keys)
 
 
 def _split_listen(listen: str) -> tuple[str, int]:

@@ -6,7 +6,10 @@ Active router's source MAC is the virtual MAC), counted, a failure kept for /rea
 datagram of the VRRP socket decoded and checked (``vrrp.packet``: §7.1's receive checks),
 counted by checksum form or dropped by reason, and handed to the machine, or while stopping
 to the handover; then the claim defence hears of a lower-priority advert while we lead, and
-following of the master's.
+following of the master's. With ``election.vrrp.auth_hmac`` (``driver.signing``): the trailer
+is split off before the decode, verified after the receive checks (a drop counted in
+``vipd_vrrp_auth_failures_total`` by reason), and one trailer is signed per logical advert and
+appended to each copy (the checksum, per copy, is outside the HMAC).
 
 What it must not do: decide (``vrrp.state`` does), or let a malformed datagram raise into
 the loop: every decode error is counted by reason and dropped.
@@ -25,18 +28,24 @@ from vipd.vrrp.transport import Datagram
 
 if TYPE_CHECKING:
     from vipd.vrrp.driver.election import VrrpElection
+    from vipd.vrrp.driver.signing import AdvertAuth
 
 
 class AdvertIO:
     """The advert path of one virtual router (see the module docstring)."""
 
-    def __init__(self, owner: VrrpElection, cache: AdvertCache) -> None:
+    def __init__(
+        self, owner: VrrpElection, cache: AdvertCache, auth: AdvertAuth | None = None
+    ) -> None:
         self.owner = owner
         self.log = owner.log
         self.cache = cache
+        self.auth = auth
         self.send_error: str | None = None  # the last send failure, until one succeeds
         self._log_send_error = vlog.Sparse(self.log, "advert send failed")
         self._log_dropped = vlog.Sparse(self.log, "advert dropped", every=10000)
+        self._log_auth = vlog.Sparse(self.log, "advert failed authentication", every=10000)
+        self._log_skew = vlog.Sparse(self.log, "peer clock skew approaching the auth window")
 
     def send(self, priority: int) -> None:
         o = self.owner
@@ -45,6 +54,11 @@ class AdvertIO:
         # leave from it (RFC 9568 §7.3: the Active router's source MAC is the virtual MAC).
         sender = o.sender or o.transport
         messages = self.cache.messages(priority, o.source, o.transport.destinations)
+        if self.auth is not None and messages:
+            # Signed from the address the kernel puts in the IP header (o.source: the
+            # transport pins it), once: every copy carries the same sequence.
+            tail = self.auth.trailer(messages[0][0], o.source)
+            messages = [(message + tail, dst) for message, dst in messages]
         for message, dst in messages:
             try:
                 sender.send(message, dst)
@@ -73,14 +87,30 @@ class AdvertIO:
 
     def on_datagram(self, dgram: Datagram, now: float) -> None:
         o = self.owner
+        message, trailer = dgram.message, None
+        if self.auth is not None:
+            message, trailer = self.auth.split(message, ipv6=o.transport_v6)
         try:
             advert, form = packet.decode(
-                dgram.message, dgram.src, dgram.dst, verify_checksum=not o.transport_v6
+                message, dgram.src, dgram.dst, verify_checksum=not o.transport_v6
             )
             packet.check(advert, src=dgram.src, dst=dgram.dst, ttl=dgram.ttl, expect=o.expect)
         except packet.DecodeError as err:
             self._dropped(err, dgram.src)
             return
+        if self.auth is not None:
+            verdict = self.auth.verify(message, trailer, dgram.src)
+            if not verdict.accept:
+                o.stats.auth_failures[verdict.reason] += 1
+                metrics.VRRP_AUTH_FAILURES.labels(reason=verdict.reason).inc()
+                # A peer with another key or without auth_hmac is a dual master in waiting.
+                self._log_auth(
+                    verdict.reason, reason=verdict.reason, src=dgram.src, key_id=verdict.key_id
+                )
+                return
+            if verdict.skew is not None and 2 * abs(verdict.skew) > self.auth.window:
+                # keepalived's warning too: past the window this peer's adverts go stale.
+                self._log_skew(str(dgram.src), src=dgram.src, skew_s=verdict.skew)
         o.stats.adverts_received += 1
         o.stats.checksum_forms[form] += 1
         metrics.VRRP_ADVERTS_RECEIVED.inc()

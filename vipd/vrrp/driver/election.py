@@ -124,6 +124,12 @@ class VrrpElection(AgentEvents):
             # The password compare's module (vipd.vrrp.packet imports it where it compares),
             # loaded at start rather than on the first advert received.
             importlib.import_module("hmac")
+        advert_auth = None
+        if v.auth_hmac is not None:
+            # Only here: the module pulls in hashlib, which a node without auth does not need.
+            from vipd.vrrp.driver.signing import AdvertAuth
+
+            advert_auth = AdvertAuth(v, peers=len(self.unicast_peers))
         self.adverts = AdvertIO(
             self,
             AdvertCache(
@@ -135,6 +141,7 @@ class VrrpElection(AgentEvents):
                 auth_data=auth_data,
                 message_only=v.checksum == "message-only",
             ),
+            advert_auth,
         )
         self.machine = state.Machine(
             state.Params(

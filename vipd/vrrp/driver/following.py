@@ -41,7 +41,10 @@ class Follower:
         self.followed: Datagram | None = None
         self._followed_as: tuple[packet.Advert, str] | None = None
         self.last_rx_at = float("-inf")
-        self._quiet = True  # False once following failed on this host (logged)
+        # False once following failed on this host (logged), and with auth_hmac: every signed
+        # advert differs (its sequence), and a replayed copy of the followed one would match
+        # the filter and restart the down timer unverified.
+        self._quiet = owner.vrrp.auth_hmac is None
         self._logged = False  # the first following was logged
 
     def reset(self) -> None:

@@ -61,6 +61,7 @@ class Observer:
             vips=[str(v) for v in o.vips],
             interface=o.ifname,
             priority=o.vrrp.priority,
+            auth=o.vrrp.auth_hmac is not None,
         )
         for vip in o.vips:
             metrics.DUPLICATE_CLAIM.labels(vip=str(vip)).set_function(self._duplicate_claim)

@@ -63,6 +63,7 @@ class VrrpStats:
     adverts_received: int = 0
     send_errors: int = 0
     invalid: Counter[str] = field(default_factory=Counter)
+    auth_failures: Counter[str] = field(default_factory=Counter)  # auth_hmac drops by reason
     checksum_forms: Counter[str] = field(default_factory=Counter)
     transitions: Counter[str] = field(default_factory=Counter)
 
