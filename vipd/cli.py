@@ -188,8 +188,9 @@ def cmd_lab(argv: Sequence[str]) -> int:
 
     if importlib.util.find_spec("vipd.lab") is None:
         print(
-            "vipd lab: the lab runs from a clone of the vipd repository (scripts/setup, then "
-            ".venv/bin/vipd lab): the wheel and the container image carry only the agent",
+            "vipd lab: the lab is not installed here: the lab runs from a clone of the vipd "
+            "repository (scripts/setup, then .venv/bin/vipd lab); the wheel and the container "
+            "image carry only the agent",
             file=sys.stderr,
         )
         return EXIT_LAB_MISSING
