@@ -90,7 +90,7 @@ def test_the_wheel_carries_the_agent_only(dist: Path) -> None:
     (wheel,) = dist.glob("vipd-*.whl")
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
-    assert {"vipd/cli.py", "vipd/agent.py", "vipd/vrrp/driver.py"} <= set(names)
+    assert {"vipd/cli.py", "vipd/agent.py", "vipd/vrrp/driver/__init__.py"} <= set(names)
     assert sorted(n for n in names if n.startswith("vipd/lab")) == []
 
 
