@@ -111,7 +111,8 @@ KEEPALIVED_RX_ERRORS = re.compile(
         ]
     )
 )
-VIPD_STOPPED_RE = re.compile(r"msg=\"?stopped\"? .*?adverts_received=(\d+) invalid=(\{[^}]*\})")
+# logfmt quotes the counters once they are not empty: invalid="{'version': 59}".
+VIPD_STOPPED_RE = re.compile(r"msg=\"?stopped\"? .*?adverts_received=(\d+) invalid=\"?(\{[^}]*\})")
 
 
 # -- theory ---------------------------------------------------------------------------------

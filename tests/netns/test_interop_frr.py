@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import shutil
 import signal
 import sys
@@ -51,6 +50,7 @@ from typing import Literal
 
 import pytest
 
+from tests.netns.test_interop import VIPD_STOPPED_RE
 from tests.prereq import missing
 from vipd.lab.daemons import Daemon, VrrpSpec, make_daemon
 from vipd.lab.frr_vrrp import FrrVrrp, frr_problem
@@ -64,8 +64,6 @@ MARGIN = 0.5  # s allowed beyond the RFC time for a takeover (scheduling, netlin
 EARLY = 0.01  # s a takeover may come before the theory (timestamp granularity), no more
 STARTUP = {"vipd": 3.0, "frr": 2.0}  # s from spawn to a running state machine, at most
 POLL = 0.05
-# logfmt quotes the counters once they are not empty: invalid="{'version': 59}".
-VIPD_STOPPED_RE = re.compile(r"msg=\"?stopped\"? .*?adverts_received=(\d+) invalid=\"?(\{[^}]*\})")
 
 # Sends one datagram to the VIP from the client namespace: the kernel resolves the VIP first.
 _POKE = (
