@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vipd.config.rules import DNS1123_LABEL, DNS1123_SUBDOMAIN, HOSTNAME_LIKE, file_or_null
-from vipd.config.schema import Check, flag, is_number, seconds, spec
+from vipd.config.schema import Check, Rule, flag, is_number, seconds, spec
 
 __all__ = ["IpvsDiscovery", "KubeAccess", "Lease"]
 
@@ -52,20 +52,28 @@ kubeconfig = file_or_null(
 )
 
 
-def api_server_host_port(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str | None:
-    """``https://HOST[:PORT]``, a trailing ``/`` dropped (the Lease: this node's own API
-    server, so that the election's rules can tell whether it is the VIP)."""
-    if value is not None and (
-        not isinstance(value, str)
-        or not re.fullmatch(r"https://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?/?", value)
-    ):
-        c.fail(
-            key,
-            "must be an https://HOST[:PORT] URL (this node's own API server), or null to "
-            "use the kubeconfig's server",
-            value,
-        )
-    return value.rstrip("/") if value else None
+HOST_PORT_URL = re.compile(r"https://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?/?")
+
+
+def host_port_url(rule: str, *, strip: bool) -> Rule:
+    """``https://HOST[:PORT]`` or null, else ``rule`` as the error; ``strip``: a trailing
+    ``/`` dropped."""
+
+    def check(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str | None:
+        if value is not None and (not isinstance(value, str) or not HOST_PORT_URL.fullmatch(value)):
+            c.fail(key, rule, value)
+        return value.rstrip("/") if strip and value else value
+
+    return check
+
+
+# The Lease: this node's own API server, so that the election's rules can tell whether it is
+# the VIP.
+api_server_host_port = host_port_url(
+    "must be an https://HOST[:PORT] URL (this node's own API server), or null to use the "
+    "kubeconfig's server",
+    strip=True,
+)
 
 
 def api_server_url(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any, Literal
 
-from vipd.config.kubeapi import IpvsDiscovery, tls_server_name
+from vipd.config.kubeapi import IpvsDiscovery, host_port_url, tls_server_name
 from vipd.config.rules import Command, IPAddress, backends, command, file_or_null, ip_literal
 from vipd.config.schema import (
     Check,
@@ -431,15 +431,9 @@ def _metrics_client_ca(c: Check, _: str, got: Mapping[str, Any], __: Mapping[str
         )
 
 
-def _metrics_api_server(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str | None:
-    if value is not None and (
-        not isinstance(value, str)
-        or not re.fullmatch(r"https://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?/?", value)
-    ):
-        c.fail(
-            key, "must be an https://HOST[:PORT] URL, or null to use the kubeconfig's server", value
-        )
-    return value
+_metrics_api_server = host_port_url(
+    "must be an https://HOST[:PORT] URL, or null to use the kubeconfig's server", strip=False
+)
 
 
 @dataclass(frozen=True, slots=True)
