@@ -55,17 +55,11 @@ from vipd.lab.kubelet_bed.clients import PodSeen
 from vipd.lab.kubelet_bed.node import MachineError
 from vipd.lab.kubelet_bed.podlogs import LogLine
 from vipd.lab.prober import client_gap
+from vipd.lab.timeline import OVERLAP_LIMIT, OVERLAP_NOISE
 from vipd.lab.topology import LabError
 from vipd.lab.wire import Capture, WireAdvert
 from vipd.vrrp.state import master_down_interval
 
-# A graceful handover's make-before-break overlap (docs/design): at most this on a machine
-# that schedules the stopping vipd at once.
-OVERLAP_LIMIT = 0.1
-# What the judges allow on top: the old holder drops the VIP when it is next scheduled after
-# the successor's announcement, and on this 2-core machine under a pod churn that took up to
-# 0.25 s (Lease and VRRP alike). A VIP left on two nodes by a real fault lasts seconds.
-OVERLAP_NOISE = 0.5
 POWER_LOSS_LIMIT = 60.0
 # A step with a problem carries every node's vipd log lines of its window in the report (the
 # last this many): what each node decided is the post-mortem, and the bed is gone after it.

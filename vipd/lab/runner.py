@@ -175,6 +175,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"that {KUBE_BUILD} builds; takes 3-5 minutes)",
     )
     parser.add_argument(
+        "--from",
+        dest="migrate_from",
+        choices=("keepalived",),
+        default=None,
+        help="instead of fault rounds: start keepalived (Debian's) on every node, then replace "
+        "it node by node, the holder last, by vipd running what `vipd import keepalived` makes "
+        "of that node's keepalived.conf; prints each move's client gap and VIP moves, and "
+        "fails if the VIP ever had two holders (uses --nodes, --version: 2 with a password as "
+        "kubeadm's HA guide, or 3; --unicast; --json)",
+    )
+    parser.add_argument(
         "--cleanup",
         metavar="PREFIX",
         default=None,
@@ -906,6 +917,8 @@ def run(args: argparse.Namespace) -> int:
         except (LabError, MachineError) as exc:
             print(f"vipd lab --kubeadm: {exc}", file=sys.stderr)
             return 1
+    if getattr(args, "migrate_from", None) == "keepalived":
+        return _run_migration(args)
     opts = Options.from_args(args)
     if opts.rounds < 1 or opts.nodes < 2:
         print("vipd lab: --rounds must be ≥ 1 and --nodes ≥ 2", file=sys.stderr)
@@ -948,3 +961,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_table(report))
     return 0 if report["summary"]["ok"] else 1
+
+
+def _run_migration(args: argparse.Namespace) -> int:
+    from vipd.lab import migrate
+
+    why = preflight(Options(daemon="keepalived"))
+    if why is not None:
+        print(f"vipd lab: cannot run here: {why}", file=sys.stderr)
+        return 2
+    if args.nodes < 2 or args.family != 4:
+        print("vipd lab --from keepalived: --nodes must be ≥ 2, IPv4 only", file=sys.stderr)
+        return 2
+    try:
+        report = migrate.run(args.nodes, args.version, args.unicast, args.prefix)
+    except LabError as exc:
+        print(f"vipd lab --from keepalived: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2) if args.json else migrate.render(report))
+    return 0 if report["ok"] else 1
