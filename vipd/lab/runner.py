@@ -177,13 +177,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--from",
         dest="migrate_from",
-        choices=("keepalived",),
+        choices=("keepalived", "kube-vip"),
         default=None,
         help="instead of fault rounds: start keepalived (Debian's) on every node, then replace "
         "it node by node, the holder last, by vipd running what `vipd import keepalived` makes "
         "of that node's keepalived.conf; prints each move's client gap and VIP moves, and "
         "fails if the VIP ever had two holders (uses --nodes, --version: 2 with a password as "
-        "kubeadm's HA guide, or 3; --unicast; --json)",
+        "kubeadm's HA guide, or 3; --unicast; --json). kube-vip, with --kubeadm --election "
+        "lease: the cluster bootstrapped through kube-vip's static pod, then moved to vipd's "
+        "DaemonSet on kube-vip's Lease (the config `vipd import kube-vip` makes of kube-vip's "
+        "manifest) node by node, the holder last",
+    )
+    parser.add_argument(
+        "--at-once",
+        action="store_true",
+        help="with --kubeadm --from kube-vip: every node moved to vipd at once instead",
     )
     parser.add_argument(
         "--cleanup",
@@ -905,6 +913,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"removed {len(removed)} namespaces: {' '.join(removed) or '-'}")
         return 0
     if getattr(args, "kubeadm", False):
+        if args.migrate_from == "keepalived" or (
+            args.migrate_from == "kube-vip" and args.election != "lease"
+        ):
+            print(
+                "vipd lab --kubeadm: --from kube-vip (with --election lease) is the one "
+                "migration on real kubelets",
+                file=sys.stderr,
+            )
+            return 2
         from vipd.lab import kubeadm_flow
         from vipd.lab.kubelet_bed.node import MachineError
 
@@ -913,12 +930,17 @@ def run(args: argparse.Namespace) -> int:
                 as_json=args.json,
                 keep=args.keep,
                 election="lease" if args.election == "lease" else "vrrp",
+                bootstrap="kube-vip" if args.migrate_from == "kube-vip" else "vipd",
+                at_once=args.at_once,
             )
         except (LabError, MachineError) as exc:
             print(f"vipd lab --kubeadm: {exc}", file=sys.stderr)
             return 1
     if getattr(args, "migrate_from", None) == "keepalived":
         return _run_migration(args)
+    if getattr(args, "migrate_from", None) is not None or getattr(args, "at_once", False):
+        print("vipd lab: --from kube-vip and --at-once need --kubeadm", file=sys.stderr)
+        return 2
     opts = Options.from_args(args)
     if opts.rounds < 1 or opts.nodes < 2:
         print("vipd lab: --rounds must be ≥ 1 and --nodes ≥ 2", file=sys.stderr)
