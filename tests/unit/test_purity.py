@@ -13,6 +13,8 @@ PURE = [
     "vrrp/packet.py",
     "vrrp/auth.py",
     "vrrp/state.py",
+    "bfd/packet.py",
+    "bfd/session.py",
     "config/__init__.py",
     "config/document.py",
     "config/election.py",
