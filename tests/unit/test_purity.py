@@ -19,6 +19,7 @@ PURE = [
     "config/document.py",
     "config/election.py",
     "config/announce.py",
+    "config/bfd.py",
     "config/auth_hmac.py",
     "config/error.py",
     "config/kubeapi.py",
