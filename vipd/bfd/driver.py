@@ -118,10 +118,13 @@ class BfdSessions:
         *,
         on_change: OnChange | None = None,
         port: int = CONTROL_PORT,
+        peer_port: int = CONTROL_PORT,
     ) -> None:
+        # ``port``/``peer_port`` other than 3784 are for tests that run two ends on one host
         self._on_state = on_state
         self._on_change = on_change
         self._port = port
+        self._peer_port = peer_port
         self._loop = asyncio.get_running_loop()
         self._peers: dict[Address, _Peer] = {}
         self._by_discr: dict[int, _Peer] = {}
@@ -347,7 +350,7 @@ class BfdSessions:
 
     def _send(self, peer: _Peer, send: Send) -> None:
         try:
-            peer.sock.sendto(encode(send.packet), (str(peer.addr), self._port))
+            peer.sock.sendto(encode(send.packet), (str(peer.addr), self._peer_port))
         except OSError:
             # A full buffer or an unreachable peer: BFD's answer to loss is the detection
             # time, on both ends, not a retry here.
