@@ -19,7 +19,8 @@ The transport, RFC 5881:
 
 Every dropped packet is counted in :attr:`BfdSessions.dropped` under a stable reason (the
 codec's :class:`vipd.bfd.packet.BadPacket` reasons, plus ``ttl``, ``unknown_session``,
-``wrong_source``, ``send_error``).
+``wrong_source``, ``receive_error``: :data:`DROP_REASONS`); a packet the kernel would not
+send in :attr:`BfdSessions.send_errors`.
 
 What it must not do: decide anything about BFD (that is :mod:`vipd.bfd.session`'s), or
 anything about routes (the client's, through ``on_state``). One :class:`BfdSessions` owns
@@ -39,11 +40,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vipd.bfd.packet import BadPacket, Diag, State, decode, encode
+from vipd.bfd.packet import BAD_PACKET_REASONS, BadPacket, Diag, State, decode, encode
 from vipd.bfd.session import Action, Send, Session, StateChange, Timers
 
 __all__ = [
     "CONTROL_PORT",
+    "DROP_REASONS",
     "BfdSessions",
     "OnChange",
     "OnState",
@@ -58,6 +60,8 @@ TTL = 255  # RFC 5881 §5
 IP_RECVTTL = 12  # <linux/in.h>; Python's socket module only names it from 3.12 on
 TOS_CS6 = 0xC0  # network control, as routing protocols mark theirs
 _INT = struct.Struct("@i")
+
+DROP_REASONS = (*BAD_PACKET_REASONS, "ttl", "unknown_session", "wrong_source", "receive_error")
 
 OnState = Callable[[str, bool, int], None]
 """``on_state(peer, up, diag)``: the session with ``peer`` came Up (``up`` True, ``diag`` 0)
@@ -131,6 +135,7 @@ class BfdSessions:
         self._rx: dict[int, socket.socket] = {}
         self._random = random.SystemRandom()
         self.dropped: Counter[str] = Counter()
+        self.send_errors = 0
 
     # -- the seam --------------------------------------------------------------------------
 
@@ -354,7 +359,7 @@ class BfdSessions:
         except OSError:
             # A full buffer or an unreachable peer: BFD's answer to loss is the detection
             # time, on both ends, not a retry here.
-            self.dropped["send_error"] += 1
+            self.send_errors += 1
 
     def _arm(self, peer: _Peer) -> None:
         if peer.timer is not None:

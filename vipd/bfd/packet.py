@@ -26,6 +26,7 @@ import struct
 from dataclasses import dataclass
 
 __all__ = [
+    "BAD_PACKET_REASONS",
     "HEADER_LEN",
     "VERSION",
     "BadPacket",
@@ -42,6 +43,18 @@ HEADER_LEN = 24  # RFC 5880 §4.1: the mandatory section, without authentication
 AUTH_MIN_LEN = 26  # §6.8.6: the shortest packet with the A bit set (header + 2-byte auth)
 _STRUCT = struct.Struct("!BBBBIIIII")
 _MAX_U32 = 0xFFFFFFFF
+# every BadPacket reason (a metric label), the session's "your_discr" included
+BAD_PACKET_REASONS = (
+    "short",
+    "version",
+    "length",
+    "detect_mult",
+    "multipoint",
+    "my_discr",
+    "your_discr",
+    "auth_unsupported",
+    "poll_final",
+)
 
 
 class State(enum.IntEnum):
@@ -80,6 +93,7 @@ class BadPacket(ValueError):
     """A packet that RFC 5880 §6.8.6 says to discard; ``reason`` is a stable label."""
 
     def __init__(self, reason: str, detail: str) -> None:
+        assert reason in BAD_PACKET_REASONS, reason
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
 
