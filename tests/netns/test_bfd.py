@@ -311,6 +311,11 @@ def test_vipd_killed_frr_declares_down(bed: Bed) -> None:
     )
     assert peer["diagnostic"] == "control detection time expired", peer
     assert seen - t_kill <= DETECTION + MARGIN
+    # a new vipd (new discriminator, new source port) gets a new session
+    with bed._cond:
+        bed.events.clear()
+    bed.start_vipd()
+    wait_up(bed)
 
 
 def test_bfdd_killed_vipd_sees_down(bed: Bed) -> None:
