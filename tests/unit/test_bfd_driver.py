@@ -156,6 +156,11 @@ def test_a_peer_twice_or_of_the_wrong_family_is_refused() -> None:
                 s.add_peer("127.0.0.1")
             with pytest.raises(ValueError, match="family"):
                 s.add_peer("127.0.0.2", local="::1")
+            with pytest.raises(ValueError, match="link-local address needs its interface"):
+                s.add_peer("fe80::1")
+            with pytest.raises(OSError):
+                s.add_peer("fe80::1", interface="no-such-if0")
+            assert [p.peer for p in s.status()] == ["127.0.0.1"]
         finally:
             s.close()
 

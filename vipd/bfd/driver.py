@@ -92,11 +92,25 @@ class PeerStatus:
 
 
 class _Peer:
-    def __init__(self, addr: Address, session: Session, sock: socket.socket) -> None:
+    def __init__(
+        self, addr: Address, scope: int, session: Session, sock: socket.socket, port: int
+    ) -> None:
         self.addr = addr
         self.session = session
         self.sock = sock
         self.timer: asyncio.TimerHandle | None = None
+        self.dest: tuple[str, int] | tuple[str, int, int, int] = (
+            (str(addr), port) if addr.version == 4 else (str(addr), port, 0, scope)
+        )
+
+
+def _address(text: str) -> Address:
+    """An address without its ``%zone`` (a session is keyed by the address alone)."""
+    return ipaddress.ip_address(text.split("%", 1)[0])
+
+
+def _link_local(addr: Address) -> bool:
+    return addr.version == 6 and addr.is_link_local
 
 
 def client_diag(change: StateChange) -> int:
@@ -151,19 +165,25 @@ class BfdSessions:
     ) -> None:
         """Start a session with ``addr`` (IPv4 or IPv6). ``local``: the source address the
         peer expects (the kernel's choice if None); ``interface``: the link to send on
-        (SO_BINDTODEVICE; needed for a link-local IPv6 peer). Raises ValueError for a bad
-        argument or a peer that already has a session, OSError if a socket cannot be had."""
-        key = ipaddress.ip_address(addr)
+        (SO_BINDTODEVICE; required for a link-local IPv6 peer, whose zone it is). Raises
+        ValueError for a bad argument or a peer that already has a session, OSError if a
+        socket cannot be had or the interface does not exist."""
+        key = _address(addr)
         if key in self._peers:
             raise ValueError(f"BFD peer {key} already has a session")
         timers = Timers(tx_ms * 1000, rx_ms * 1000, mult)
         family = socket.AF_INET if key.version == 4 else socket.AF_INET6
-        if local is not None and ipaddress.ip_address(local).version != key.version:
+        local_ip = None if local is None else _address(local)
+        if local_ip is not None and local_ip.version != key.version:
             raise ValueError(f"local address {local} is not of the family of peer {key}")
+        if interface is None and (_link_local(key) or (local_ip and _link_local(local_ip))):
+            raise ValueError(f"BFD peer {key}: a link-local address needs its interface")
+        scope = socket.if_nametoindex(interface) if interface is not None else 0
         self._open_rx(family)
-        sock = self._open_tx(family, local, interface)
+        sock = self._open_tx(family, local_ip, interface, scope)
         discr = self._new_discr()
-        peer = _Peer(key, Session(discr, timers, self._loop.time(), self._random.random), sock)
+        session = Session(discr, timers, self._loop.time(), self._random.random)
+        peer = _Peer(key, scope if _link_local(key) else 0, session, sock, self._peer_port)
         self._peers[key] = peer
         self._by_discr[discr] = peer
         self._arm(peer)
@@ -172,7 +192,7 @@ class BfdSessions:
         """End the session with ``addr``: one AdminDown packet (RFC 5880 §6.8.16) so the peer
         knows at once rather than after its detection time, then nothing more. No
         ``on_state`` call: the client asked for it."""
-        peer = self._peers.pop(ipaddress.ip_address(addr), None)
+        peer = self._peers.pop(_address(addr), None)
         if peer is None:
             return
         self._by_discr.pop(peer.session.local_discr, None)
@@ -185,7 +205,7 @@ class BfdSessions:
 
     def set_timers(self, addr: str, tx_ms: int, rx_ms: int, mult: int) -> None:
         """New intervals for a running session (a Poll Sequence while Up, RFC 5880 §6.5)."""
-        peer = self._peers[ipaddress.ip_address(addr)]
+        peer = self._peers[_address(addr)]
         self._perform(
             peer,
             peer.session.set_timers(Timers(tx_ms * 1000, rx_ms * 1000, mult), self._loop.time()),
@@ -237,7 +257,9 @@ class BfdSessions:
         self._rx[family] = sock
         self._loop.add_reader(sock.fileno(), self._readable, sock)
 
-    def _open_tx(self, family: int, local: str | None, interface: str | None) -> socket.socket:
+    def _open_tx(
+        self, family: int, local: Address | None, interface: str | None, scope: int
+    ) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             if family == socket.AF_INET:
@@ -248,22 +270,27 @@ class BfdSessions:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, TOS_CS6)
             if interface is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, interface.encode())
-            self._bind_source_port(sock, family, local)
+            self._bind_source_port(sock, family, local, scope)
             sock.setblocking(False)
         except OSError:
             sock.close()
             raise
         return sock
 
-    def _bind_source_port(self, sock: socket.socket, family: int, local: str | None) -> None:
-        host = local or ("0.0.0.0" if family == socket.AF_INET else "::")
+    def _bind_source_port(
+        self, sock: socket.socket, family: int, local: Address | None, scope: int
+    ) -> None:
+        host = (
+            str(local) if local is not None else ("0.0.0.0" if family == socket.AF_INET else "::")
+        )
+        zone = scope if local is not None and _link_local(local) else 0
         low, high = SOURCE_PORTS
         start = self._random.randint(low, high)
         span = high - low + 1
         for i in range(span):
             port = low + (start - low + i) % span
             try:
-                sock.bind((host, port))
+                sock.bind((host, port) if family == socket.AF_INET else (host, port, 0, zone))
             except OSError as err:
                 if err.errno == 98:  # EADDRINUSE: the next port
                     continue
@@ -307,7 +334,7 @@ class BfdSessions:
         except BadPacket as err:
             self.dropped[err.reason] += 1
             return
-        src = ipaddress.ip_address(source.split("%", 1)[0])
+        src = _address(source)
         if isinstance(src, ipaddress.IPv6Address) and src.ipv4_mapped is not None:
             src = src.ipv4_mapped
         if packet.your_discr:
@@ -355,7 +382,7 @@ class BfdSessions:
 
     def _send(self, peer: _Peer, send: Send) -> None:
         try:
-            peer.sock.sendto(encode(send.packet), (str(peer.addr), self._peer_port))
+            peer.sock.sendto(encode(send.packet), peer.dest)
         except OSError:
             # A full buffer or an unreachable peer: BFD's answer to loss is the detection
             # time, on both ends, not a retry here.
