@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,7 +76,7 @@ def test_session_invariants(script: list[tuple[str, float, object, bool]], u: fl
         if kind == "rx":
             assert isinstance(packet, ControlPacket)
             if flag:
-                packet = ControlPacket(**{**_fields(packet), "final": True, "poll": False})
+                packet = dataclasses.replace(packet, final=True, poll=False)
             actions = s.receive(packet, now)
             if packet.state in (State.INIT, State.UP):
                 heard_init_or_up = True
@@ -99,7 +101,3 @@ def test_session_invariants(script: list[tuple[str, float, object, bool]], u: fl
             interval = s.transmit_interval() / 1e6
             gap = s.next_tx - now
             assert 0.75 * interval - 1e-9 <= gap <= interval + 1e-9, (gap, interval)
-
-
-def _fields(p: ControlPacket) -> dict[str, object]:
-    return {name: getattr(p, name) for name in ControlPacket.__slots__}
