@@ -135,3 +135,31 @@ def test_an_advert_from_outside_the_allow_list_never_reaches_the_machine() -> No
         await n.stopped()
 
     run(scenario, priority=200, allowed_sources=["10.0.0.0/24"])
+
+
+def test_a_split_brain_peer_that_never_steps_down_gets_bounded_re_announcements() -> None:
+    """A lower-priority peer advertising and announcing the VIP every interval (it does not
+    hear us): each of its adverts and each of its claims used to be re-announced; now its
+    address and its MAC are each held to the defence budget."""
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        await n.take_over()
+        defences = limited("defence")
+        mark = len(n.events)
+        start = n.clock.now
+        rounds = 12
+        for _ in range(rounds):
+            await flood(n, PEER, 1, INTERVAL)
+            n.clock.now += 0.001
+            n.election.defence.on_claim("02:00:00:00:00:12")  # its gratuitous ARP
+        duration = n.clock.now - start
+        per_key = ratelimit.DEFENCE_BURST + duration / (ratelimit.DEFENCE_EVERY * INTERVAL)
+        got = n.events.since(mark)
+        assert got.count("garp") <= 2 * per_key, got  # its address and its MAC
+        assert limited("defence") - defences >= 2 * rounds - 2 * per_key
+        assert n.election.machine.state is state.State.ACTIVE
+        n.stop.set()
+        await n.stopped()
+
+    run(scenario, priority=200)

@@ -92,9 +92,9 @@ class Lead:
 @dataclass(frozen=True, slots=True)
 class Announce:
     """Announce every bound VIP again; ``reason`` is logged ("re-announcing") unless None.
-    ``answers_claim``: an answer to the claimant's own frames, which the shell holds to a
-    per-claimant budget (``vrrp.ratelimit``); False for a claimant that went quiet (its
-    clients are stranded: nothing repeats this announcement but our own probes)."""
+    The shell holds announcements to a per-claimant budget (``vrrp.ratelimit``), and their
+    log lines too while they answer the claimant's own frames (``answers_claim``); not for
+    a claimant that went quiet, whose stranded clients only our probes find."""
 
     reason: str | None
     claimant_mac: str

@@ -201,12 +201,13 @@ class ClaimDefence:
                 assert o.controller is not None
                 now = o.clock()
                 mac = action.claimant_mac
-                if action.answers_claim and not self.may_announce(mac, now):
+                if not self.may_announce(mac, now):
                     continue
                 o.controller.announce()
                 if action.reason is None:
                     continue
-                suppressed = self.may_log("re-announcing", mac, now)
+                # A quiet claimant's (stranded clients) is as rare as our probes: always said.
+                suppressed = self.may_log("re-announcing", mac, now) if action.answers_claim else 0
                 if suppressed is not None:
                     vlog.event(
                         self.log,
