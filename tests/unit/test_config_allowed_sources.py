@@ -46,3 +46,14 @@ def test_bad_values_are_named(value: Any, key: str, words: str) -> None:
 def test_refused_with_unicast_peers() -> None:
     e = error(doc(allowed_sources=["10.0.0.0/24"], unicast_peers=["10.0.0.2"]))
     assert "election.vrrp.allowed_sources" in str(e) and "unicast_peers" in str(e), str(e)
+
+
+def test_every_family_of_the_vips_is_listed() -> None:
+    dual = {"vips": ["10.0.0.100", "fd00::100"]}
+    ok = {**doc(allowed_sources=["10.0.0.0/24", "fe80::/64"]), **dual}
+    del ok["vip"]
+    assert len(parse(ok).election.vrrp.allowed_sources) == 2
+    bad = {**doc(allowed_sources=["10.0.0.0/24"]), **dual}
+    del bad["vip"]
+    e = error(bad)
+    assert "election.vrrp.allowed_sources" in str(e) and "lists no IPv6 source" in str(e), str(e)

@@ -167,6 +167,16 @@ def _allowed_sources(
         if net in out:
             c.fail(k, f"is listed twice (first as {key}[{out.index(net)}])", item)
         out.append(net)
+    # One virtual router per family: a family left out would hear any source, silently.
+    for version in sorted(versions):
+        if out and not any(net.version == version for net in out):
+            v = f"IPv{version}"
+            c.fail(
+                key,
+                f"lists no {v} source, but the {v} VIPs are a virtual router of their own: "
+                f"list its {v} sources too",
+                value,
+            )
     return tuple(out)
 
 
