@@ -66,6 +66,8 @@ def test_a_flood_of_lower_priority_adverts_gets_bounded_answers_and_announcement
         assert limited("answer") - answers >= 300 - answer_bound
         assert limited("defence") > defences
         assert limited("log") > lines
+        counters = n.election.status(n.clock.now)["counters"]["rate_limited"]
+        assert counters["answer"] >= 300 - answer_bound and counters["log"] > 0, counters
         kinds = ("re-announcing", "another node claims the VIP while we hold it")
         about_peer = [r for r in caplog.records if r.getMessage() in kinds]
         # One line per kind ("re-announcing", "another node claims") inside one window.
