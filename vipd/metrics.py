@@ -87,6 +87,7 @@ from vipd.metrics_drivers import (
     LEASE_KEEPING,
     LEASE_RENEW_AGE,
     LEASE_REQUESTS,
+    RATE_LIMIT_KINDS,
     ROUTED_ANNOUNCED,
     ROUTED_WITHDRAW_REASONS,
     ROUTED_WITHDRAWALS,
@@ -98,6 +99,7 @@ from vipd.metrics_drivers import (
     VRRP_MASTER_ADVERT_AGE,
     VRRP_MASTER_PRIORITY,
     VRRP_PRIORITY,
+    VRRP_RATE_LIMITED,
     VRRP_SEND_ERRORS,
 )
 from vipd.metrics_registry import OptionalGauge as OptionalGauge  # re-exported: tests read it
@@ -140,6 +142,7 @@ __all__ = [
     "NOTIFY",
     "NOTIFY_HOOKS",
     "NOTIFY_RESULTS",
+    "RATE_LIMIT_KINDS",
     "READY",
     "RECONCILE_ERRORS",
     "REGISTRY",
@@ -168,6 +171,7 @@ __all__ = [
     "VRRP_MASTER_ADVERT_AGE",
     "VRRP_MASTER_PRIORITY",
     "VRRP_PRIORITY",
+    "VRRP_RATE_LIMITED",
     "VRRP_SEND_ERRORS",
     "OptionalGauge",
     "Registry",
@@ -246,6 +250,8 @@ def init_vrrp(
         DUPLICATE_CLAIM.labels(vip=vip).set(0)
     for reason in INVALID_REASONS:
         VRRP_INVALID.labels(reason=reason)
+    for kind in RATE_LIMIT_KINDS:
+        VRRP_RATE_LIMITED.labels(kind=kind)
     for reason in AUTH_FAILURE_REASONS if auth else ():
         VRRP_AUTH_FAILURES.labels(reason=reason)
 

@@ -38,8 +38,22 @@ VRRP_INVALID = Counter(
     "VRRP packets dropped, by reason. vrid: another VRID on the segment (routine). version, "
     "auth, interval, address-list: a misconfigured peer this node cannot hear (dual master). "
     "checksum, length, truncated, ttl, type, source, family: corruption or spoofing. "
-    "owner: a priority-255 advert, which no vipd node sends (forged, or a real address owner).",
+    "owner: a priority-255 advert, which no vipd node sends (forged, or a real address owner). "
+    "not-allowed: a multicast advert from a source outside election.vrrp.allowed_sources.",
     ["reason"],
+    registry=REGISTRY,
+)
+# vipd.vrrp.ratelimit's budgets, one per kind of thing a master does because of another host.
+RATE_LIMIT_KINDS = ("answer", "defence", "log")
+VRRP_RATE_LIMITED = Counter(
+    "vipd_vrrp_rate_limited_total",
+    "What the leader left out under vipd.vrrp.ratelimit's per-source budgets, by kind. answer: "
+    "an immediate advert answering a lower-priority advert (the advert is dropped before the "
+    "election; the periodic adverts go on). defence: a re-announcement (gratuitous ARP / "
+    "unsolicited NA) for a claimant of the VIP. log: a log line about a source (the next "
+    "one of that source says suppressed=N). 0 in a healthy cluster; a rise means a host "
+    "floods the segment with adverts or claims (a split brain alone stays within budget).",
+    ["kind"],
     registry=REGISTRY,
 )
 # vipd.vrrp.auth's Result values that drop an advert (a missing trailer only in enforce mode).

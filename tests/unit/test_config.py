@@ -145,7 +145,11 @@ def test_long_values_are_shortened() -> None:
             "vip, vips",
         ),
         (("election",), "vrp", "mode, vrrp"),
-        (("election", "vrrp"), "prio", "advert_interval, auth_hmac, auth_pass, checksum, preempt"),
+        (
+            ("election", "vrrp"),
+            "prio",
+            "advert_interval, allowed_sources, auth_hmac, auth_pass, checksum",
+        ),
         (("garp",), "count", "delay, interval, refresh, repeat"),
         (("log",), "colour", "format, level"),
     ],

@@ -177,6 +177,7 @@ FLOORS = {
     "vipd.vrrp.packet": "core",
     "vipd.vrrp.state": "core",
     "vipd.vrrp.claims": "core",
+    "vipd.vrrp.ratelimit": "core",
     "vipd.vrrp.auth": "core",
     "vipd.lease": "drivers",
     "vipd.lease.logic": "core",

@@ -28,6 +28,7 @@ PURE = [
     "config/sections.py",
     "config/source.py",
     "vrrp/claims.py",
+    "vrrp/ratelimit.py",
     "host/neighbor.py",
     "host/netlink.py",
     "lab/analysis.py",

@@ -331,11 +331,17 @@ class VrrpElection(AgentEvents):
 
     # -- the machine's actions -----------------------------------------------------------
 
-    def apply(self, actions: list[state.Action], now: float) -> None:
+    def apply(
+        self, actions: list[state.Action], now: float, cause: IPAddress | None = None
+    ) -> None:
+        """``cause``: the source of the advert the actions answer. A re-announcement is
+        charged to it (the machine's "contest over" one, from a timer, to the source it
+        last answered) and held to that source's budget, as is its log line."""
         # The log lines wait until every action is out: an advert that follows a takeover's
         # announcement in the same call (after a priority-0 advert) is what stops the other
         # backups' skew timers, and a log write is the slowest thing here.
         lines: list[tuple[str, str]] = []
+        claimant = cause if cause is not None else self.defence.contested_by
         held = self.controller is not None and self.controller.any_bound
         preempted: bool | None = None  # set on a step-down: for a higher-priority master?
         for action in actions:
@@ -349,6 +355,8 @@ class VrrpElection(AgentEvents):
                 if isinstance(action, state.BecomeBackup):
                     preempted = state.reason_label(action.reason) == "preempted"
             elif isinstance(action, state.Announce):
+                if claimant is not None and not self.defence.may_announce(claimant, now):
+                    continue
                 if self.controller is not None:
                     self.controller.announce()
                 lines.append(("", action.reason))
@@ -363,8 +371,12 @@ class VrrpElection(AgentEvents):
                 vlog.event(self.log, logging.INFO, "release contest lost", reason=reason)
             elif word:
                 self.observe.log_transition(word, reason)
-            else:
+            elif claimant is None:
                 vlog.event(self.log, logging.INFO, "re-announcing", reason=reason)
+            elif (suppressed := self.defence.may_log("re-announcing", claimant, now)) is not None:
+                vlog.event(
+                    self.log, logging.INFO, "re-announcing", reason=reason, suppressed=suppressed
+                )
         self.follower.after_actions()
         self.timers.rearm()
         self.observe.master_changed()
