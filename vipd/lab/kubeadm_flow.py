@@ -66,6 +66,9 @@ POWER_LOSS_LIMIT = 60.0
 # A step with a problem carries every node's vipd log lines of its window in the report (the
 # last this many): what each node decided is the post-mortem, and the bed is gone after it.
 STEP_LOG_LINES = 200
+# A step's end is 1 s after its last action (the prober's attempts finish, timeout 0.5 s):
+# more than this since the client's last connect means the prober had stopped.
+CLIENT_SILENCE = 2.0
 # On top of a protocol bound: a shared, noisy 2-core machine (as tests/netns/test_chaos.py).
 MARGIN = 0.5
 # Lease mode: the same, with three API servers and etcd members in the loop (as tests/kube).
@@ -136,6 +139,10 @@ class Step:
     static_to_daemonset_s: float | None = None
     # the static pod's program: vipd's exit code is judged, another's (kube-vip's) recorded
     static_program: str = "vipd"
+    # the client's connects begun in the step, and the time from the last one to its end: a
+    # prober that stopped would make the gap look small, so a silent client is a problem
+    connects: int = 0
+    client_silent_s: float = 0.0
     kubectl_errors: list[str] = field(default_factory=list)  # the failed tries, as said
     # A try begun before the step and still running when it began (counted in the step it
     # began in): what a short step had when one try hung across all of it.
@@ -157,6 +164,9 @@ class Step:
             out.append(f"{what}: the VIP moved {self.moves} times")
         if self.node not in self.before and self.after != self.before:
             out.append(f"{what} (a follower): the VIP moved {self.before}→{self.after}")
+        if self.client_silent_s > CLIENT_SILENCE:
+            out.append(f"{what}: the client made no connect in the step's last "
+                       f"{self.client_silent_s:.1f} s")  # fmt: skip
         if self.static_exit not in (0, None) and self.static_program == "vipd":
             out.append(f"{what}: the static vipd exited {self.static_exit}")
         if self.static_to_daemonset_s is not None and self.static_to_daemonset_s < 0:
@@ -185,6 +195,8 @@ def measure(
     claims = [e for e in events if e.added]
     gap, failed, tries, errors, in_flight = clients_seen(bed, start, end)
     every = list(watch.events)
+    assert bed.prober is not None
+    begun = [a.start for a in bed.prober.attempts(start) if a.start <= end]
     return Step(
         kind=kind,
         node=node,
@@ -200,6 +212,8 @@ def measure(
         start=start,
         kubectl_errors=errors,
         kubectl_in_flight=in_flight,
+        connects=len(begun),
+        client_silent_s=round(end - max(begun, default=start), 3),
     )
 
 
