@@ -76,14 +76,33 @@ the log line.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
-from ipaddress import IPv4Address, IPv6Address
 
-IPAddress = IPv4Address | IPv6Address
+from vipd.vrrp.actions import (
+    REASON_LABELS,
+    Action,
+    Announce,
+    BecomeActive,
+    BecomeBackup,
+    ContestLost,
+    SendAdvert,
+    reason_label,
+)
+from vipd.vrrp.actions import fmt_s as _fmt_s
+from vipd.vrrp.params import IPAddress, Params
+from vipd.vrrp.timing import (
+    DOWN_TIMER_ADVERTS,
+    MAX_LEARNED_INTERVAL_FACTOR,
+    master_down_interval,
+    master_down_interval_us,
+    skew_time,
+    skew_time_us,
+)
+from vipd.vrrp.timing import check_priority as _check_priority
+from vipd.vrrp.transitions import State
+from vipd.vrrp.transitions import address_greater as _address_greater
 
+# The names other modules have always imported from here (the machine's vocabulary).
 __all__ = [
     "MAX_LEARNED_INTERVAL_FACTOR",
     "REASON_LABELS",
@@ -103,208 +122,6 @@ __all__ = [
     "skew_time",
     "skew_time_us",
 ]
-
-# How many advert intervals a backup waits before declaring the master down. Fixed by both
-# RFCs; keepalived's non-standard ``down_timer_adverts`` knob is deliberately not offered.
-DOWN_TIMER_ADVERTS = 3
-
-# A v3 Backup adopts the master's Max Adver Int (RFC 9568 §6.4.2) only up to this many times
-# its own configured interval. The advert is unauthenticated, so without a bound one forged
-# packet with 4095 cs stretches every backup's down timer to 3 x 40.95 s + skew. 4 keeps a
-# real peer at up to 12x our interval from flapping (3 x 4 = 12 intervals before the timer
-# runs out; keepalived's default 1 s against our 0.1 s is 10x), and caps what one forged
-# advert can cost at 3 x 4 x our interval + skew without a holder. See docs/design/vrrp.md
-# "Forged adverts".
-MAX_LEARNED_INTERVAL_FACTOR = 4
-
-# Stable first words of every reason string (see reason_label()).
-REASON_LABELS = frozenset(
-    {
-        "start",
-        "master-down",
-        "preempted",
-        "shutdown",
-        "lower-priority-advert",
-        "interface-down",
-        "interface-up",
-    }
-)
-
-_US_PER_S = 1_000_000
-_US_PER_CS = 10_000
-
-
-def _check_priority(priority: int, low: int, high: int, what: str = "priority") -> None:
-    # bool is an int subclass; True as a priority is a bug upstream, not priority 1.
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(f"{what} must be an int (got {priority!r})")
-    if not low <= priority <= high:
-        raise ValueError(f"{what} must be in {low}..{high} (got {priority})")
-
-
-def _check_version(version: int) -> None:
-    if version not in (2, 3):
-        raise ValueError(f"version must be 2 or 3 (got {version!r})")
-
-
-def skew_time_us(version: int, priority: int, master_adver_interval_cs: int) -> int:
-    """Skew_Time in whole microseconds, truncated exactly as keepalived's ``vrrp.h`` does.
-
-    v2 (RFC 3768 §6.1): ``(256 - priority) / 256`` s; the interval is not used.
-    v3 (RFC 9568 §6.1): ``(256 - priority) * interval / 256``, i.e. ``(256-p) * cs * 625 / 16``
-    µs. ``priority`` is the local router's priority (1..255).
-    """
-    _check_version(version)
-    _check_priority(priority, 1, 255)
-    _check_priority(master_adver_interval_cs, 1, 4095 if version == 3 else 25500, "interval_cs")
-    if version == 2:
-        return (256 - priority) * _US_PER_S // 256
-    return (256 - priority) * master_adver_interval_cs * 625 // 16
-
-
-def master_down_interval_us(version: int, priority: int, master_adver_interval_cs: int) -> int:
-    """Master_Down_Interval (RFC 9568: Active_Down_Interval) in whole microseconds."""
-    skew = skew_time_us(version, priority, master_adver_interval_cs)
-    return DOWN_TIMER_ADVERTS * master_adver_interval_cs * _US_PER_CS + skew
-
-
-def skew_time(version: int, priority: int, master_adver_interval_cs: int) -> float:
-    """Skew_Time in seconds (see :func:`skew_time_us`)."""
-    return skew_time_us(version, priority, master_adver_interval_cs) / _US_PER_S
-
-
-def master_down_interval(version: int, priority: int, master_adver_interval_cs: int) -> float:
-    """Master_Down_Interval in seconds: 3 x interval + Skew_Time (v2: the own interval)."""
-    return master_down_interval_us(version, priority, master_adver_interval_cs) / _US_PER_S
-
-
-def _address_greater(a: IPAddress, b: IPAddress) -> bool:
-    # RFC 9568 §6.4.3: compare the addresses as unsigned integers in network byte order,
-    # which is what int() of an ipaddress object is. Mixed families cannot be ranked; the
-    # transport only ever hands us one family per instance.
-    if a.version != b.version:
-        raise ValueError(f"cannot compare {a} with our address {b}: different families")
-    return int(a) > int(b)
-
-
-def reason_label(reason: str) -> str:
-    """The stable label of a reason string (the part before the first colon)."""
-    return reason.split(":", 1)[0]
-
-
-def _fmt_s(seconds: float) -> str:
-    # Six decimals (µs) without trailing zeros: "3.609375", "1", "0.0001".
-    text = f"{seconds:.6f}".rstrip("0").rstrip(".")
-    return "0" if text in ("", "-0") else text
-
-
-class State(Enum):
-    """RFC 9568 §6.4 states. ACTIVE is RFC 3768's MASTER; the value is usable as a label."""
-
-    INITIALIZE = "initialize"
-    BACKUP = "backup"
-    ACTIVE = "active"
-
-
-@dataclass(frozen=True, slots=True)
-class Params:
-    """Configuration of one virtual router on one node.
-
-    ``advert_interval_cs`` is in centiseconds: v3 carries 1..4095 cs on the wire; v2 carries
-    whole seconds, so it must be a multiple of 100 (1..255 s). ``primary_ip`` is the address
-    our adverts are sent from, used for the equal-priority tie-break (RFC 9568 §6.4.3).
-    ``preempt_delay`` (seconds, keepalived's knob) only makes sense with ``preempt``.
-    """
-
-    version: int
-    priority: int
-    advert_interval_cs: int
-    primary_ip: IPAddress
-    preempt: bool = True
-    preempt_delay: float = 0.0
-    # Make-before-break: seconds between our announcement and the advert that makes a live
-    # lower-priority master step down (preemption, a healed split brain). 0 = the same call.
-    preempt_lead: float = 0.002
-    # Start-up hold (see the module docstring): no preemption of a live master before this
-    # many seconds since start and this many adverts heard.
-    startup_hold: float = 0.5
-    startup_adverts: int = 3
-    # After a priority-0 advert: seconds between our advert and binding the VIP, for a
-    # better router's advert to reach us (equal priorities share one Skew_Time, so their
-    # timers fire together). The old master keeps the VIP until our announcement. 0 = the
-    # advert and the bind in the same call.
-    release_contest: float = 0.004
-
-    def __post_init__(self) -> None:
-        _check_version(self.version)
-        # 255 is the address owner, 0 means "resigning": neither is a configured priority here.
-        _check_priority(self.priority, 1, 254)
-        if self.version == 2:
-            _check_priority(self.advert_interval_cs, 100, 25500, "advert_interval_cs")
-            if self.advert_interval_cs % 100:
-                raise ValueError(
-                    "advert_interval_cs must be a multiple of 100 for VRRPv2, whose wire "
-                    f"format carries whole seconds (got {self.advert_interval_cs})"
-                )
-        else:
-            _check_priority(self.advert_interval_cs, 1, 4095, "advert_interval_cs")
-        if not isinstance(self.primary_ip, IPv4Address | IPv6Address):
-            raise TypeError(f"primary_ip must be an IP address (got {self.primary_ip!r})")
-        if not math.isfinite(self.preempt_delay) or self.preempt_delay < 0:
-            raise ValueError(f"preempt_delay must be >= 0 seconds (got {self.preempt_delay!r})")
-        if not math.isfinite(self.preempt_lead) or not 0 <= self.preempt_lead < 0.01:
-            raise ValueError(f"preempt_lead must be in [0, 0.01) s (got {self.preempt_lead!r})")
-        if not math.isfinite(self.release_contest) or not 0 <= self.release_contest < 0.01:
-            raise ValueError(
-                f"release_contest must be in [0, 0.01) s (got {self.release_contest!r})"
-            )
-        if not math.isfinite(self.startup_hold) or not 0 <= self.startup_hold <= 10:
-            raise ValueError(f"startup_hold must be in [0, 10] s (got {self.startup_hold!r})")
-        if isinstance(self.startup_adverts, bool) or not 0 <= self.startup_adverts <= 10:
-            raise ValueError(f"startup_adverts must be 0..10 (got {self.startup_adverts!r})")
-        if self.preempt_delay > 0 and not self.preempt:
-            raise ValueError(
-                "preempt_delay needs preempt=True (without preemption it never applies)"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class SendAdvert:
-    """Send one advertisement carrying ``priority`` (0 = we are resigning)."""
-
-    priority: int
-
-
-@dataclass(frozen=True, slots=True)
-class BecomeActive:
-    """We are the active router now: bind the VIP and announce it (after the advert)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class BecomeBackup:
-    """We are not active: make sure the VIP is not bound here (also at start: stale copies)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Announce:
-    """Still active, but another router thinks it is too: re-send gratuitous ARP / NA."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ContestLost:
-    """We advertised after a priority-0 advert, but a better router did too before we bound
-    the VIP: we stay a backup and never held it (nothing for the shell to undo)."""
-
-    reason: str
-
-
-Action = SendAdvert | BecomeActive | BecomeBackup | Announce | ContestLost
 
 
 class Machine:
