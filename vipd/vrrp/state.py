@@ -99,8 +99,15 @@ from vipd.vrrp.timing import (
     skew_time_us,
 )
 from vipd.vrrp.timing import check_priority as _check_priority
-from vipd.vrrp.transitions import State
-from vipd.vrrp.transitions import address_greater as _address_greater
+from vipd.vrrp.transitions import (
+    ACTIVE_PHASES,
+    IGNORED,
+    TRANSITIONS,
+    Event,
+    Phase,
+    State,
+    rank,
+)
 
 # The names other modules have always imported from here (the machine's vocabulary).
 __all__ = [
@@ -114,6 +121,7 @@ __all__ = [
     "IPAddress",
     "Machine",
     "Params",
+    "Phase",
     "SendAdvert",
     "State",
     "master_down_interval",
@@ -124,12 +132,23 @@ __all__ = [
 ]
 
 
+# The Active sub-states whose advert waits for the make-before-break lead, and where each
+# goes once that advert is sent (with the lead's or on any earlier one).
+_LEAD_PHASES = frozenset({Phase.ACTIVE_LEAD, Phase.ACTIVE_CONTESTED_LEAD})
+_NO_LEAD = {
+    Phase.ACTIVE: Phase.ACTIVE,
+    Phase.ACTIVE_LEAD: Phase.ACTIVE,
+    Phase.ACTIVE_CONTESTED_LEAD: Phase.ACTIVE_CONTESTED,
+    Phase.ACTIVE_CONTESTED: Phase.ACTIVE_CONTESTED,
+}
+
+
 class Machine:
     """One VRRP virtual router. Not thread-safe; the shell serialises all calls.
 
     Public attributes (read them, do not assign them):
 
-    - ``state``: :class:`State`.
+    - ``phase``: :class:`Phase`, the state and its sub-state; ``state`` is its :class:`State`.
     - ``priority``: our effective priority (the configured one until :meth:`set_priority`).
     - ``deadline``: when the shell must call :meth:`on_timer` (None in INITIALIZE). In BACKUP
       it is the master-down timer, in ACTIVE the advert timer.
@@ -140,14 +159,16 @@ class Machine:
     - ``last_advert_at``: arrival time of the last accepted advert (BACKUP only, else None).
     - ``state_since``: when the current state was entered.
     - ``last_reason``: the reason of the last transition or announcement.
-    - ``contest_pending``: BACKUP after a priority-0 advert, our advert sent, the VIP not
-      bound yet; ``deadline`` is when we bind it (``Params.release_contest``).
+    - ``contest_pending``: ``Phase.BACKUP_CONTEST``: our advert sent after a priority-0
+      advert, the VIP not bound yet; ``deadline`` is when we bind it.
+    - ``lead_pending``: announced, the advert that makes another router step down is due at
+      ``deadline`` (``Phase.ACTIVE_LEAD``, ``Phase.ACTIVE_CONTESTED_LEAD``).
     - ``own_ip_adverts``: adverts ignored because they carried our own source address.
     """
 
     def __init__(self, params: Params) -> None:
         self.params = params
-        self.state = State.INITIALIZE
+        self.phase = Phase.INITIALIZE
         self.priority = params.priority
         self.deadline: float | None = None
         self.master_ip: IPAddress | None = None
@@ -166,31 +187,36 @@ class Machine:
         # preempt_delay window: started by the first lower-priority advert in this BACKUP
         # period, cleared by an advert of priority >= ours (keepalived "stop preempt delay").
         self._preempt_window_start: float | None = None
-        # ACTIVE: we answered a lower-priority advert and have not re-announced since the
-        # contest ended (see on_timer).
+        # ACTIVE_CONTESTED*: the router whose lower-ranked advert we answered.
         self._contested: tuple[IPAddress, int] | None = None
-        # ACTIVE: announced, the advert that makes the other master step down is due at
-        # the deadline (make-before-break).
-        self.lead_pending = False
-        # BACKUP after a priority-0 advert: our advert is out, the bind is due at the
-        # deadline unless a better router advertises first; the takeover's reason.
-        self._contest: str | None = None
-        # BACKUP after start / link up: adverts heard so far (None: no hold), and until when.
-        self._startup_heard: int | None = None
+        # BACKUP_CONTEST: the takeover's reason, for when the window ends.
+        self._contest_reason = ""
+        # BACKUP_STARTING: adverts heard since the start, and the hold's end.
+        self._heard = 0
         self._hold_until = 0.0
 
     def __repr__(self) -> str:
         return (
             f"Machine(v{self.params.version} {self.params.primary_ip} prio {self.priority} "
-            f"{self.state.value} deadline={self.deadline} master={self.master_ip})"
+            f"{self.phase.value} deadline={self.deadline} master={self.master_ip})"
         )
 
-    # ------------------------------------------------------------------ derived numbers
+    # ------------------------------------------------------------------ derived values
+
+    @property
+    def state(self) -> State:
+        """The RFC 9568 §6.4 state (the phase without its sub-state)."""
+        return self.phase.state
 
     @property
     def contest_pending(self) -> bool:
         """Advertised after a priority-0 advert; the bind waits for the contest window."""
-        return self._contest is not None
+        return self.phase is Phase.BACKUP_CONTEST
+
+    @property
+    def lead_pending(self) -> bool:
+        """Announced; the advert that makes another router step down is due at the deadline."""
+        return self.phase in _LEAD_PHASES
 
     @property
     def skew(self) -> float:
@@ -216,7 +242,16 @@ class Machine:
             f"at our prio {self.priority}"
         )
 
-    # ------------------------------------------------------------------ commands
+    def _go(self, event: Event, phase: Phase) -> None:
+        """Move to ``phase`` on ``event``, if the table has that row (else a bug: raise)."""
+        if phase not in TRANSITIONS[self.phase].get(event, ()):
+            raise RuntimeError(
+                f"VRRP transition {self.phase.value} --{event.value}--> {phase.value} "
+                "is not in vrrp.transitions.TRANSITIONS"
+            )
+        self.phase = phase
+
+    # ------------------------------------------------------------------ Startup, Shutdown
 
     def start(self, now: float) -> list[Action]:
         """INITIALIZE -> BACKUP; the down timer starts (RFC 9568 §6.4.1, non-owner branch).
@@ -226,13 +261,12 @@ class Machine:
         any other demotion. The effective priority is kept across shutdown/start: it is the
         health gate's to change, not the lifecycle's.
         """
-        if self.state is not State.INITIALIZE:
+        if self.phase is not Phase.INITIALIZE:
             raise RuntimeError(f"start() called in state {self.state.value}")
         self.master_adver_interval_cs = self.params.advert_interval_cs
         self.master_ip = None
         self.master_priority = None
-        self._enter_backup(now)
-        self._startup_heard = 0
+        self._enter_backup(now, Event.STARTUP, Phase.BACKUP_STARTING)
         self._hold_until = now + self.params.startup_hold
         self.deadline = now + self.mdi
         reason = f"start: entering backup, waiting {self._mdi_text()}"
@@ -241,13 +275,11 @@ class Machine:
 
     def shutdown(self, now: float) -> list[Action]:
         """Stop: ACTIVE sends priority 0 then drops the VIP; any state ends in INITIALIZE."""
-        was = self.state
-        advertised = was is State.ACTIVE or self._contest is not None
-        self.state = State.INITIALIZE
+        advertised = self.phase in ACTIVE_PHASES or self.phase is Phase.BACKUP_CONTEST
+        self._go(Event.SHUTDOWN, Phase.INITIALIZE)
         self.state_since = now
         self.deadline = None
-        self.lead_pending = False
-        self._contest = None
+        self._contest_reason = ""
         self._contested = None
         self.master_ip = None
         self.master_priority = None
@@ -279,12 +311,14 @@ class Machine:
     def link_up(self, now: float) -> list[Action]:
         """The interface came up: a Startup event (RFC 9568 §6.4.1), as `start` but with its
         own reason; nothing happens unless the machine is out of the election."""
-        if self.state is not State.INITIALIZE:
+        if Event.STARTUP in IGNORED[self.phase]:
             return []
         self.start(now)
         reason = f"interface-up: the link is up, entering backup, waiting {self._mdi_text()}"
         self.last_reason = reason
         return [BecomeBackup(reason)]
+
+    # ------------------------------------------------------------------ priority change
 
     def set_priority(self, now: float, priority: int) -> list[Action]:
         """Change our effective priority (health gating). 1..254.
@@ -295,7 +329,8 @@ class Machine:
         ``vrrp_set_effective_priority`` moves it by the down-interval difference, which is
         the same thing in the normal case; after a priority-0 advert keepalived compares the
         skew it armed with a full down interval and so adds 3 x interval to a pending
-        release takeover, which we consider a bug and do not copy.
+        release takeover, which we consider a bug and do not copy. (A release contest's
+        deadline is the bind, not a skew: it stays.)
 
         ACTIVE: keepalived just lets the next periodic advert carry the new priority. We send
         one at once (and restart the advert timer) so peers see the change within one
@@ -304,30 +339,31 @@ class Machine:
         priority change; the health checker's rise/fall already debounces changes.
         """
         _check_priority(priority, 1, 254)
-        old = self.priority
-        if priority == old:
+        if priority == self.priority:
             return []
-        if self.state is State.BACKUP and self.deadline is not None and self._contest is None:
-            # (A pending contest's deadline is the bind, not a skew: it stays.)
+        phase = self.phase
+        if phase in (Phase.BACKUP_STARTING, Phase.BACKUP) and self.deadline is not None:
             old_skew = self.skew
             self.priority = priority
             self.deadline += self.skew - old_skew
+            self._go(Event.PRIORITY, phase)
             return []
         self.priority = priority
-        if self.state is State.ACTIVE:
-            self.master_priority = priority
-            self.lead_pending = False
-            self.deadline = now + self.advert_interval
-            return [SendAdvert(priority)]
-        return []
+        if phase not in ACTIVE_PHASES:
+            self._go(Event.PRIORITY, phase)
+            return []
+        self.master_priority = priority
+        self._go(Event.PRIORITY, _NO_LEAD[phase])  # this advert is the lead's too
+        self.deadline = now + self.advert_interval
+        return [SendAdvert(priority)]
 
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------------ timers
 
     @property
     def advert_only(self) -> bool:
         """Active, and its next timer event is an advert and nothing else (``advert_tick``
         takes it): no contest to end at the next tick."""
-        return self.state is State.ACTIVE and (self._contested is None or self.lead_pending)
+        return self.phase in ACTIVE_PHASES and self.phase is not Phase.ACTIVE_CONTESTED
 
     def advert_tick(self, now: float) -> int | None:
         """The Active's Adver_Timer when it only sends an advert (RFC 9568 §6.4.3): restart
@@ -335,69 +371,79 @@ class Machine:
         with ``[SendAdvert(priority)]``, without building the actions (the steady state's
         hundred ticks a second at 0.01 s). Anything else (not Active, not due, a contest
         to end) changes nothing and returns None: ``on_timer`` decides that."""
-        if (
-            self.state is not State.ACTIVE
-            or self.deadline is None
-            or now < self.deadline
-            or (self._contested is not None and not self.lead_pending)
-        ):
+        if not self.advert_only or self.deadline is None or now < self.deadline:
             return None
         # When the shell is late we restart from now rather than catching up in a burst.
         self.deadline = now + self.advert_interval
         # A preempting lead's advert is this one; a contest still open ends on a later tick.
-        self.lead_pending = False
+        self._go(Event.ADVER_TIMER, _NO_LEAD[self.phase])
         return self.priority
 
     def on_timer(self, now: float) -> list[Action]:
-        """The deadline passed. Early or stray calls (``now < deadline``) are ignored."""
+        """The deadline passed: the Adver_Timer (Active) or the Master_Down_Timer (Backup)
+        fired. Early or stray calls (``now < deadline``) are ignored."""
         if self.deadline is None or now < self.deadline:
             return []
-        if self.state is State.ACTIVE:
-            priority = self.advert_tick(now)
-            if priority is not None:
-                return [SendAdvert(priority)]
-            self.deadline = now + self.advert_interval
-            assert self._contested is not None  # advert_tick took every other Active tick
-            # Every lower-priority advert restarts this timer, so a tick means a whole
-            # interval without one: the other router stepped down. Announce once more, so
-            # a gratuitous ARP it sent after ours (the two cross on the wire) cannot leave
-            # the clients on a MAC that no longer answers for the VIP.
-            src, prio = self._contested
-            self._contested = None
-            reason = (
-                f"lower-priority-advert: contest over, {src} (prio {prio}) quiet for "
-                f"{_fmt_s(self.advert_interval)} s; announcing once more"
-            )
-            self.last_reason = reason
-            return [SendAdvert(self.priority), Announce(reason)]
-        if self._contest is not None:
-            # The contest window after our advert passed without a better router's advert
-            # (the shell read the socket up to now): bind and announce, then advertise
-            # again. The old master lets go on our announcement (IPv4) or this second advert
-            # (IPv6, whose announcements it does not watch), so the clients never wait on a
-            # descheduled process between our bind and its release.
-            reason = self._contest
-            self._contest = None
-            self._become_active(now, reason)
-            self.deadline = now + self.advert_interval
-            return [BecomeActive(reason), SendAdvert(self.priority)]
+        if self.phase in ACTIVE_PHASES:
+            return self._adver_timer(now)
+        if self.phase is Phase.BACKUP_CONTEST:
+            return self._contest_won(now)
+        return self._master_down(now)
+
+    def _adver_timer(self, now: float) -> list[Action]:
+        # RFC 9568 §6.4.3: send an advert, restart the timer. When the shell is late we
+        # restart from now rather than catching up in a burst.
+        priority = self.advert_tick(now)
+        if priority is not None:
+            return [SendAdvert(priority)]
+        self.deadline = now + self.advert_interval
+        assert self._contested is not None  # ACTIVE_CONTESTED: advert_tick took the others
+        # Every lower-priority advert restarts this timer, so a tick means a whole interval
+        # without one: the other router stepped down. Announce once more, so a gratuitous
+        # ARP it sent after ours (the two cross on the wire) cannot leave the clients on a
+        # MAC that no longer answers for the VIP.
+        src, prio = self._contested
+        self._contested = None
+        self._go(Event.ADVER_TIMER, Phase.ACTIVE)
+        reason = (
+            f"lower-priority-advert: contest over, {src} (prio {prio}) quiet for "
+            f"{_fmt_s(self.advert_interval)} s; announcing once more"
+        )
+        self.last_reason = reason
+        return [SendAdvert(self.priority), Announce(reason)]
+
+    def _contest_won(self, now: float) -> list[Action]:
+        # The contest window after our advert passed without a better router's advert (the
+        # shell read the socket up to now): bind and announce, then advertise again. The
+        # old master lets go on our announcement (IPv4) or this second advert (IPv6, whose
+        # announcements it does not watch), so the clients never wait on a descheduled
+        # process between our bind and its release.
+        reason = self._contest_reason
+        self._contest_reason = ""
+        self._become_active(now, reason, Phase.ACTIVE)
+        self.deadline = now + self.advert_interval
+        return [BecomeActive(reason), SendAdvert(self.priority)]
+
+    def _master_down(self, now: float) -> list[Action]:
         # BACKUP: Master_Down_Timer fired (RFC 9568 §6.4.2) -> become active.
         interval = self.master_adver_interval_cs / 100
         live = self._discarded is not None and now - self._discarded[2] <= 2 * interval
-        if live and self._startup_heard is not None:
+        starting = self.phase is Phase.BACKUP_STARTING
+        if live and starting:
             # Start-up hold: a live master keeps the VIP until we are warm (bounded).
             if now < self._hold_until:
                 self.deadline = self._hold_until
+                self._go(Event.MASTER_DOWN_TIMER, Phase.BACKUP_STARTING)
                 return []
             # Counted, but bounded from our start: a master whose first advert comes just
             # before our down timer (it started moments before us) must not hold us for
             # another ``startup_adverts`` intervals of its own.
             warm_by = self._backup_since + self.params.startup_adverts * interval
-            if self._startup_heard < self.params.startup_adverts and now < warm_by:
+            if self._heard < self.params.startup_adverts and now < warm_by:
                 self.deadline = min(now + interval, warm_by)
+                self._go(Event.MASTER_DOWN_TIMER, Phase.BACKUP_STARTING)
                 return []
-        held = self._startup_heard is not None and now > self._backup_since + self.mdi
-        self._startup_heard = None
+        held = starting and now > self._backup_since + self.mdi
         lead = self.params.preempt_lead if live else 0.0
         released = self._released is not None
         details = self._down_details(now)
@@ -419,25 +465,29 @@ class Machine:
                 f"; advertised first, binding after a {_fmt_s(contest)} s contest window "
                 "without a better router's advert"
             )
-            self._contest = self.last_reason = f"master-down: {details}"
+            self._contest_reason = self.last_reason = f"master-down: {details}"
+            self._go(Event.MASTER_DOWN_TIMER, Phase.BACKUP_CONTEST)
             self.deadline = now + contest
             return [SendAdvert(self.priority)]
         reason = f"master-down: {details}"
-        self._become_active(now, reason)
         if released or not live:
             # RFC order: the advert first. The old master is presumed dead, so there are no
             # clients to keep; the advert stops the other backups' timers at once. (After a
             # priority-0 advert with no contest window, the same.)
+            self._become_active(now, reason, Phase.ACTIVE)
             self.deadline = now + self.advert_interval
             return [SendAdvert(self.priority), BecomeActive(reason)]
         # Make-before-break: the old master is alive and answers the clients until it hears
         # our advert, so our gratuitous ARP goes first and the advert after it.
         if lead == 0:
+            self._become_active(now, reason, Phase.ACTIVE)
             self.deadline = now + self.advert_interval
             return [BecomeActive(reason), SendAdvert(self.priority)]
-        self.lead_pending = True
+        self._become_active(now, reason, Phase.ACTIVE_LEAD)
         self.deadline = now + lead
         return [BecomeActive(reason)]
+
+    # ------------------------------------------------------------------ adverts
 
     def on_advert(
         self, now: float, src: IPAddress, priority: int, interval_cs: int
@@ -455,11 +505,17 @@ class Machine:
             # way it must not take part in the election (it would tie with ourselves).
             self.own_ip_adverts += 1
             return []
-        if self.state is State.BACKUP:
-            return self._backup_rx(now, src, priority, interval_cs)
-        if self.state is State.ACTIVE:
-            return self._active_rx(now, src, priority, interval_cs)
-        return []  # INITIALIZE: not participating.
+        phase = self.phase
+        if phase is Phase.INITIALIZE:
+            return []  # not participating (IGNORED), whatever its rank
+        event = rank(priority, src, self.priority, self.params.primary_ip)
+        if event in IGNORED[phase]:
+            return []
+        if phase in ACTIVE_PHASES:
+            return self._active_rx(now, event, src, priority, interval_cs)
+        if phase is Phase.BACKUP_CONTEST:
+            return self._contest_lost(now, src, priority, interval_cs)
+        return self._backup_rx(now, event, src, priority, interval_cs)
 
     def follows_quietly(self, src: IPAddress, priority: int) -> bool:
         """A Backup that accepts ``src``'s advert at ``priority`` as its master's (it may not
@@ -467,8 +523,7 @@ class Machine:
         (RFC 9568 §6.4.2) and asks for no action."""
         p = self.params
         return (
-            self.state is State.BACKUP
-            and self._contest is None
+            self.phase in (Phase.BACKUP_STARTING, Phase.BACKUP)
             and priority > 0
             and src != p.primary_ip
             and (not p.preempt or priority >= self.priority)
@@ -491,23 +546,127 @@ class Machine:
             return []
         if self.follows_quietly(src, priority):
             actions = self.on_advert(times[-1], src, priority, interval_cs)
-            if self._startup_heard is not None:
+            if self.phase is Phase.BACKUP_STARTING:
                 # on_advert counted the last one
-                self._startup_heard += len(times) - 1
+                self._heard += len(times) - 1
             return actions
         out: list[Action] = []
         for at in times:
             out += self.on_advert(at, src, priority, interval_cs)
         return out
 
+    def _backup_rx(
+        self, now: float, event: Event, src: IPAddress, priority: int, interval_cs: int
+    ) -> list[Action]:
+        phase = self.phase
+        if event is Event.ADVERT_RESIGN:
+            # The master resigned: take over after Skew_Time, so the highest-priority backup
+            # (smallest skew) wins without waiting for a down interval. The interval in a
+            # priority-0 advert is not adopted (RFC 9568 §6.4.2, keepalived alike).
+            self._released = (src, now)
+            self.deadline = now + self.skew
+            self._go(event, phase)
+            return []
+        p = self.params
+        self._go(event, phase)  # accepted or discarded, a Backup stays one
+        if phase is Phase.BACKUP_STARTING:
+            self._heard += 1  # whoever sent it: the process has been up for it
+        if not p.preempt or priority >= self.priority:
+            if priority >= self.priority:
+                self._preempt_window_start = None
+            self._discarded = None
+            self._learn(now, src, priority, interval_cs)
+            return []
+        # Lower priority and we may preempt.
+        if p.preempt_delay > 0:
+            if self._preempt_window_start is None:
+                self._preempt_window_start = now
+            if now < self._preempt_window_start + p.preempt_delay:
+                # Still inside the delay: behave as if preemption were off for now.
+                self._learn(now, src, priority, interval_cs)
+                return []
+        # Discard: the down timer keeps running from the last accepted advert and we
+        # preempt when it fires (keepalived "received lower priority advert - discarding").
+        self._discarded = (src, priority, now)
+        return []
+
+    def _contest_lost(
+        self, now: float, src: IPAddress, priority: int, interval_cs: int
+    ) -> list[Action]:
+        # Inside the contest window our advert is out and the VIP not bound. A better
+        # router (RFC 9568 §6.4.3: higher priority, or equal from a greater address) wins:
+        # we follow it and never bind. (A worse one steps down on our advert; another
+        # priority-0 advert changes nothing: IGNORED.)
+        self._go(Event.ADVERT_HIGHER, Phase.BACKUP)
+        self._contest_reason = ""
+        self._released = None
+        self._learn(now, src, priority, interval_cs)
+        rank_ = "higher priority" if priority > self.priority else "equal priority, higher address"
+        reason = (
+            f"master-down: contest lost to {src} (prio {priority}, {rank_}; ours "
+            f"{self.priority}) before binding the VIP; backup, {self._mdi_text()}"
+        )
+        self.last_reason = reason
+        return [ContestLost(reason)]
+
+    def _active_rx(
+        self, now: float, event: Event, src: IPAddress, priority: int, interval_cs: int
+    ) -> list[Action]:
+        own = self.params.primary_ip
+        if event is Event.ADVERT_RESIGN:
+            # Someone else resigned while we are active (e.g. after a split brain): advertise
+            # at once so the backups, whose skew timers just started, see we are here.
+            self._go(event, _NO_LEAD[self.phase])
+            self.deadline = now + self.advert_interval
+            return [SendAdvert(self.priority)]
+        if event is Event.ADVERT_HIGHER:
+            if priority > self.priority:
+                why = f"advert from {src} with higher priority {priority}, ours {self.priority}"
+            else:
+                why = (
+                    f"advert from {src} with equal priority {priority} and a higher address "
+                    f"than ours ({own})"
+                )
+            self._enter_backup(now, event, Phase.BACKUP)
+            self._learn(now, src, priority, interval_cs)
+            reason = f"preempted: {why}; now backup, {self._mdi_text()}"
+            self.last_reason = reason
+            return [BecomeBackup(reason)]
+        if priority == self.priority:
+            what = f"equal priority {priority} and a lower address than ours ({own})"
+        else:
+            what = f"lower priority {priority}, ours {self.priority}"
+        reason = (
+            f"lower-priority-advert: from {src} with {what}; "
+            "advertised at once to force a new election"
+        )
+        self.last_reason = reason
+        self._contested = (src, priority)
+        # RFC 9568 §6.4.3 (new in RFC 9568 against RFC 5798): send an advert immediately so
+        # the other router, which believes it is active, steps down now rather than at our
+        # next periodic advert. Make-before-break: re-announce first (it may have moved the
+        # traffic), and the advert preempt_lead later, so the clients are back before it
+        # stops answering.
+        lead = self.params.preempt_lead
+        was_leading = self.lead_pending
+        if lead == 0:
+            contested = Phase.ACTIVE_CONTESTED_LEAD if was_leading else Phase.ACTIVE_CONTESTED
+            self._go(event, contested)
+            self.deadline = now + self.advert_interval
+            return [Announce(reason), SendAdvert(self.priority)]
+        self._go(event, Phase.ACTIVE_CONTESTED_LEAD)
+        if was_leading:
+            return []  # announced and the advert is due: a second one changes nothing
+        self.deadline = now + lead
+        return [Announce(reason)]
+
     # ------------------------------------------------------------------ internals
 
-    def _enter_backup(self, now: float) -> None:
-        self._contest = None
+    def _enter_backup(self, now: float, event: Event, phase: Phase) -> None:
+        self._go(event, phase)
+        self._contest_reason = ""
         self._contested = None
-        self.lead_pending = False
-        self._startup_heard = None
-        self.state = State.BACKUP
+        self._heard = 0
         self.state_since = now
         self._backup_since = now
         self.last_advert_at = None
@@ -515,8 +674,8 @@ class Machine:
         self._discarded = None
         self._preempt_window_start = None
 
-    def _become_active(self, now: float, reason: str) -> None:
-        self.state = State.ACTIVE
+    def _become_active(self, now: float, reason: str, phase: Phase) -> None:
+        self._go(Event.MASTER_DOWN_TIMER, phase)
         self.state_since = now
         self.last_reason = reason
         self.master_ip = self.params.primary_ip
@@ -539,111 +698,6 @@ class Machine:
         self.last_advert_at = now
         self._released = None
         self.deadline = now + self.mdi
-
-    def _backup_rx(
-        self, now: float, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        if self._contest is not None:
-            return self._contest_rx(now, src, priority, interval_cs)
-        if priority == 0:
-            # The master resigned: take over after Skew_Time, so the highest-priority backup
-            # (smallest skew) wins without waiting for a down interval. The interval in a
-            # priority-0 advert is not adopted (RFC 9568 §6.4.2, keepalived alike).
-            self._released = (src, now)
-            self.deadline = now + self.skew
-            return []
-        p = self.params
-        if self._startup_heard is not None:
-            self._startup_heard += 1  # whoever sent it: the process has been up for it
-        if not p.preempt or priority >= self.priority:
-            if priority >= self.priority:
-                self._preempt_window_start = None
-            self._discarded = None
-            self._learn(now, src, priority, interval_cs)
-            return []
-        # Lower priority and we may preempt.
-        if p.preempt_delay > 0:
-            if self._preempt_window_start is None:
-                self._preempt_window_start = now
-            if now < self._preempt_window_start + p.preempt_delay:
-                # Still inside the delay: behave as if preemption were off for now.
-                self._learn(now, src, priority, interval_cs)
-                return []
-        # Discard: the down timer keeps running from the last accepted advert and we
-        # preempt when it fires (keepalived "received lower priority advert - discarding").
-        self._discarded = (src, priority, now)
-        return []
-
-    def _contest_rx(
-        self, now: float, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        # Inside the contest window our advert is out and the VIP not bound. A better
-        # router (RFC 9568 §6.4.3: higher priority, or equal from a greater address) wins:
-        # we follow it and never bind. A worse one steps down on our advert; another
-        # priority-0 advert changes nothing (our advert answered it already).
-        own = self.params.primary_ip
-        if priority < self.priority or (
-            priority == self.priority and not _address_greater(src, own)
-        ):
-            return []
-        self._contest = None
-        self._released = None
-        self._learn(now, src, priority, interval_cs)
-        rank = "higher priority" if priority > self.priority else "equal priority, higher address"
-        reason = (
-            f"master-down: contest lost to {src} (prio {priority}, {rank}; ours "
-            f"{self.priority}) before binding the VIP; backup, {self._mdi_text()}"
-        )
-        self.last_reason = reason
-        return [ContestLost(reason)]
-
-    def _active_rx(
-        self, now: float, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        own = self.params.primary_ip
-        if priority == 0:
-            # Someone else resigned while we are active (e.g. after a split brain): advertise
-            # at once so the backups, whose skew timers just started, see we are here.
-            self.lead_pending = False
-            self.deadline = now + self.advert_interval
-            return [SendAdvert(self.priority)]
-        if priority > self.priority:
-            why = f"advert from {src} with higher priority {priority}, ours {self.priority}"
-        elif priority == self.priority and _address_greater(src, own):
-            why = (
-                f"advert from {src} with equal priority {priority} and a higher address "
-                f"than ours ({own})"
-            )
-        else:
-            if priority == self.priority:
-                what = f"equal priority {priority} and a lower address than ours ({own})"
-            else:
-                what = f"lower priority {priority}, ours {self.priority}"
-            reason = (
-                f"lower-priority-advert: from {src} with {what}; "
-                "advertised at once to force a new election"
-            )
-            self.last_reason = reason
-            self._contested = (src, priority)
-            # RFC 9568 §6.4.3 (new in RFC 9568 against RFC 5798): send an advert immediately so
-            # the other router, which believes it is active, steps down now rather than at
-            # our next periodic advert. Make-before-break: re-announce first (it may have
-            # moved the traffic), and the advert preempt_lead later, so the clients are back
-            # before it stops answering.
-            lead = self.params.preempt_lead
-            if lead == 0:
-                self.deadline = now + self.advert_interval
-                return [Announce(reason), SendAdvert(self.priority)]
-            if self.lead_pending:
-                return []  # announced and the advert is due: a second one changes nothing
-            self.lead_pending = True
-            self.deadline = now + lead
-            return [Announce(reason)]
-        self._enter_backup(now)
-        self._learn(now, src, priority, interval_cs)
-        reason = f"preempted: {why}; now backup, {self._mdi_text()}"
-        self.last_reason = reason
-        return [BecomeBackup(reason)]
 
     def _down_details(self, now: float) -> str:
         """Why the down timer fired, with the numbers (for BecomeActive's reason)."""
