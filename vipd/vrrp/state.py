@@ -76,8 +76,6 @@ the log line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from vipd.vrrp.actions import (
     REASON_LABELS,
     Action,
@@ -124,6 +122,7 @@ __all__ = [
     "Phase",
     "SendAdvert",
     "State",
+    "backup_accepts",
     "master_down_interval",
     "master_down_interval_us",
     "reason_label",
@@ -141,6 +140,14 @@ _NO_LEAD = {
     Phase.ACTIVE_CONTESTED_LEAD: Phase.ACTIVE_CONTESTED,
     Phase.ACTIVE_CONTESTED: Phase.ACTIVE_CONTESTED,
 }
+
+
+def backup_accepts(params: Params, ours: int, priority: int) -> bool:
+    """RFC 9568 §6.4.2: a Backup accepts a (non-zero priority) advert as its master's, and
+    restarts its down timer from it, if Preempt_Mode is off or the advert's priority is at
+    least ours (``ours``: our effective priority); otherwise it discards it (and preempts when
+    the timer fires, after keepalived's ``preempt_delay`` if one is set)."""
+    return not params.preempt or priority >= ours
 
 
 class Machine:
@@ -359,26 +366,6 @@ class Machine:
 
     # ------------------------------------------------------------------ timers
 
-    @property
-    def advert_only(self) -> bool:
-        """Active, and its next timer event is an advert and nothing else (``advert_tick``
-        takes it): no contest to end at the next tick."""
-        return self.phase in ACTIVE_PHASES and self.phase is not Phase.ACTIVE_CONTESTED
-
-    def advert_tick(self, now: float) -> int | None:
-        """The Active's Adver_Timer when it only sends an advert (RFC 9568 §6.4.3): restart
-        the timer and return the priority to advertise, exactly as ``on_timer(now)`` would
-        with ``[SendAdvert(priority)]``, without building the actions (the steady state's
-        hundred ticks a second at 0.01 s). Anything else (not Active, not due, a contest
-        to end) changes nothing and returns None: ``on_timer`` decides that."""
-        if not self.advert_only or self.deadline is None or now < self.deadline:
-            return None
-        # When the shell is late we restart from now rather than catching up in a burst.
-        self.deadline = now + self.advert_interval
-        # A preempting lead's advert is this one; a contest still open ends on a later tick.
-        self._go(Event.ADVER_TIMER, _NO_LEAD[self.phase])
-        return self.priority
-
     def on_timer(self, now: float) -> list[Action]:
         """The deadline passed: the Adver_Timer (Active) or the Master_Down_Timer (Backup)
         fired. Early or stray calls (``now < deadline``) are ignored."""
@@ -393,11 +380,12 @@ class Machine:
     def _adver_timer(self, now: float) -> list[Action]:
         # RFC 9568 §6.4.3: send an advert, restart the timer. When the shell is late we
         # restart from now rather than catching up in a burst.
-        priority = self.advert_tick(now)
-        if priority is not None:
-            return [SendAdvert(priority)]
         self.deadline = now + self.advert_interval
-        assert self._contested is not None  # ACTIVE_CONTESTED: advert_tick took the others
+        if self.phase is not Phase.ACTIVE_CONTESTED:
+            # A lead's advert is this one; a contest still open ends on a later tick.
+            self._go(Event.ADVER_TIMER, _NO_LEAD[self.phase])
+            return [SendAdvert(self.priority)]
+        assert self._contested is not None
         # Every lower-priority advert restarts this timer, so a tick means a whole interval
         # without one: the other router stepped down. Announce once more, so a gratuitous
         # ARP it sent after ours (the two cross on the wire) cannot leave the clients on a
@@ -517,44 +505,6 @@ class Machine:
             return self._contest_lost(now, src, priority, interval_cs)
         return self._backup_rx(now, event, src, priority, interval_cs)
 
-    def follows_quietly(self, src: IPAddress, priority: int) -> bool:
-        """A Backup that accepts ``src``'s advert at ``priority`` as its master's (it may not
-        preempt it, and no release contest is open): the advert only restarts its down timer
-        (RFC 9568 §6.4.2) and asks for no action."""
-        p = self.params
-        return (
-            self.phase in (Phase.BACKUP_STARTING, Phase.BACKUP)
-            and priority > 0
-            and src != p.primary_ip
-            and (not p.preempt or priority >= self.priority)
-        )
-
-    def on_advert_copies(
-        self,
-        times: Sequence[float],
-        src: IPAddress,
-        priority: int,
-        interval_cs: int,
-    ) -> list[Action]:
-        """``on_advert`` for one advert received at each of ``times`` (oldest first): the
-        same state and actions as one call per time, in that order.
-
-        A Backup that accepts the advert (the master's, when it may not preempt it) only
-        restarts its down timer from each arrival and counts it, so the run comes down to
-        its last one, counted for all; anything else takes the arrivals one by one."""
-        if not times:
-            return []
-        if self.follows_quietly(src, priority):
-            actions = self.on_advert(times[-1], src, priority, interval_cs)
-            if self.phase is Phase.BACKUP_STARTING:
-                # on_advert counted the last one
-                self._heard += len(times) - 1
-            return actions
-        out: list[Action] = []
-        for at in times:
-            out += self.on_advert(at, src, priority, interval_cs)
-        return out
-
     def _backup_rx(
         self, now: float, event: Event, src: IPAddress, priority: int, interval_cs: int
     ) -> list[Action]:
@@ -571,7 +521,7 @@ class Machine:
         self._go(event, phase)  # accepted or discarded, a Backup stays one
         if phase is Phase.BACKUP_STARTING:
             self._heard += 1  # whoever sent it: the process has been up for it
-        if not p.preempt or priority >= self.priority:
+        if backup_accepts(p, self.priority, priority):
             if priority >= self.priority:
                 self._preempt_window_start = None
             self._discarded = None
