@@ -14,7 +14,7 @@ from ipaddress import IPv4Address, IPv6Address
 
 import pytest
 
-from vipd.vrrp import state as state_module
+from vipd.vrrp import variables
 from vipd.vrrp.params import Params
 from vipd.vrrp.state import Machine
 from vipd.vrrp.transitions import (
@@ -243,7 +243,7 @@ def test_random_runs_make_every_move_in_the_table_and_no_other() -> None:
 def test_a_move_missing_from_the_table_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = {phase: dict(events) for phase, events in TRANSITIONS.items()}
     rows[Phase.INITIALIZE][Event.STARTUP] = frozenset({Phase.BACKUP})  # a wrong row
-    monkeypatch.setattr(state_module, "TRANSITIONS", rows)
+    monkeypatch.setattr(variables, "TRANSITIONS", rows)
     m = Machine(Params(3, 100, 100, v4(5)))
     with pytest.raises(RuntimeError, match="initialize --startup--> backup/start-up-hold"):
         m.start(0.0)

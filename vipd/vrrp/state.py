@@ -3,14 +3,22 @@
 What it is: RFC 9568 §6 (VRRPv3; "Active" is the RFC's new word for "Master") and RFC 3768
 §6 (VRRPv2) for a router that never owns the virtual address (priority 1..254), with the
 behaviour choices of keepalived 2.2.7 where the RFCs leave room. A :class:`Machine` is fed
-three kinds of input: a received advert (:meth:`Machine.on_advert`), the expiry of its single
-timer (:meth:`Machine.on_timer`) and commands and events from the shell (:meth:`Machine.start`,
-:meth:`Machine.set_priority`, :meth:`Machine.shutdown`, :meth:`Machine.link_down`,
-:meth:`Machine.link_up`). Each call returns a list of actions
-(:class:`SendAdvert`, :class:`BecomeActive`, :class:`BecomeBackup`, :class:`Announce`,
-:class:`ContestLost`) that the
-shell performs in order, and leaves :attr:`Machine.deadline` set to the time at which the shell
-must call :meth:`Machine.on_timer` next.
+RFC 9568 §6.4's events and nothing else: Startup (:meth:`Machine.start`,
+:meth:`Machine.link_up`), Shutdown (:meth:`Machine.shutdown`, :meth:`Machine.link_down`), an
+advert received (:meth:`Machine.on_advert`), its one timer firing (:meth:`Machine.on_timer`:
+the Master_Down_Timer in Backup, the Adver_Timer in Active) and a priority change
+(:meth:`Machine.set_priority`; a configuration change is a new :attr:`Machine.params`, read
+at the next event). Each call returns a list of actions (:class:`SendAdvert`,
+:class:`BecomeActive`, :class:`BecomeBackup`, :class:`Announce`, :class:`ContestLost`) that
+the shell performs in order, and leaves :attr:`Machine.deadline` set to the time at which the
+shell must call :meth:`Machine.on_timer` next.
+
+Where the parts are: the sub-states, events and every allowed move are data in
+``vrrp.transitions`` (the machine refuses a move the table lacks); the Backup's rules are
+``vrrp.backup``, the Active's ``vrrp.active``, the variables and moves ``vrrp.variables``, the
+timers' arithmetic ``vrrp.timing``, the configuration ``vrrp.params`` and the actions and
+reason labels ``vrrp.actions``. This module dispatches each event by sub-state and handles
+Startup, Shutdown and priority changes itself.
 
 What it must not do: any I/O. No sockets, no netlink, no clock, no asyncio, no logging. Time is
 always passed in as ``now``: float seconds of a monotonic clock. The shell validates adverts
@@ -86,10 +94,10 @@ from vipd.vrrp.actions import (
     SendAdvert,
     reason_label,
 )
-from vipd.vrrp.actions import fmt_s as _fmt_s
+from vipd.vrrp.active import ActiveRules
+from vipd.vrrp.backup import BackupRules, backup_accepts
 from vipd.vrrp.params import IPAddress, Params
 from vipd.vrrp.timing import (
-    DOWN_TIMER_ADVERTS,
     MAX_LEARNED_INTERVAL_FACTOR,
     master_down_interval,
     master_down_interval_us,
@@ -97,15 +105,8 @@ from vipd.vrrp.timing import (
     skew_time_us,
 )
 from vipd.vrrp.timing import check_priority as _check_priority
-from vipd.vrrp.transitions import (
-    ACTIVE_PHASES,
-    IGNORED,
-    TRANSITIONS,
-    Event,
-    Phase,
-    State,
-    rank,
-)
+from vipd.vrrp.transitions import ACTIVE_PHASES, IGNORED, Event, Phase, State, rank
+from vipd.vrrp.variables import NO_LEAD
 
 # The names other modules have always imported from here (the machine's vocabulary).
 __all__ = [
@@ -131,26 +132,7 @@ __all__ = [
 ]
 
 
-# The Active sub-states whose advert waits for the make-before-break lead, and where each
-# goes once that advert is sent (with the lead's or on any earlier one).
-_LEAD_PHASES = frozenset({Phase.ACTIVE_LEAD, Phase.ACTIVE_CONTESTED_LEAD})
-_NO_LEAD = {
-    Phase.ACTIVE: Phase.ACTIVE,
-    Phase.ACTIVE_LEAD: Phase.ACTIVE,
-    Phase.ACTIVE_CONTESTED_LEAD: Phase.ACTIVE_CONTESTED,
-    Phase.ACTIVE_CONTESTED: Phase.ACTIVE_CONTESTED,
-}
-
-
-def backup_accepts(params: Params, ours: int, priority: int) -> bool:
-    """RFC 9568 §6.4.2: a Backup accepts a (non-zero priority) advert as its master's, and
-    restarts its down timer from it, if Preempt_Mode is off or the advert's priority is at
-    least ours (``ours``: our effective priority); otherwise it discards it (and preempts when
-    the timer fires, after keepalived's ``preempt_delay`` if one is set)."""
-    return not params.preempt or priority >= ours
-
-
-class Machine:
+class Machine(BackupRules, ActiveRules):
     """One VRRP virtual router. Not thread-safe; the shell serialises all calls.
 
     Public attributes (read them, do not assign them):
@@ -172,91 +154,6 @@ class Machine:
       ``deadline`` (``Phase.ACTIVE_LEAD``, ``Phase.ACTIVE_CONTESTED_LEAD``).
     - ``own_ip_adverts``: adverts ignored because they carried our own source address.
     """
-
-    def __init__(self, params: Params) -> None:
-        self.params = params
-        self.phase = Phase.INITIALIZE
-        self.priority = params.priority
-        self.deadline: float | None = None
-        self.master_ip: IPAddress | None = None
-        self.master_priority: int | None = None
-        self.master_adver_interval_cs = params.advert_interval_cs
-        self.last_advert_at: float | None = None
-        self.state_since: float | None = None
-        self.last_reason = ""
-        self.own_ip_adverts = 0
-        # BACKUP bookkeeping, kept so the takeover reason can say what happened.
-        self._backup_since = 0.0
-        # A priority-0 advert armed the short (skew) timer: (sender, arrival time).
-        self._released: tuple[IPAddress, float] | None = None
-        # Last lower-priority advert we discarded: (sender, priority, arrival time).
-        self._discarded: tuple[IPAddress, int, float] | None = None
-        # preempt_delay window: started by the first lower-priority advert in this BACKUP
-        # period, cleared by an advert of priority >= ours (keepalived "stop preempt delay").
-        self._preempt_window_start: float | None = None
-        # ACTIVE_CONTESTED*: the router whose lower-ranked advert we answered.
-        self._contested: tuple[IPAddress, int] | None = None
-        # BACKUP_CONTEST: the takeover's reason, for when the window ends.
-        self._contest_reason = ""
-        # BACKUP_STARTING: adverts heard since the start, and the hold's end.
-        self._heard = 0
-        self._hold_until = 0.0
-
-    def __repr__(self) -> str:
-        return (
-            f"Machine(v{self.params.version} {self.params.primary_ip} prio {self.priority} "
-            f"{self.phase.value} deadline={self.deadline} master={self.master_ip})"
-        )
-
-    # ------------------------------------------------------------------ derived values
-
-    @property
-    def state(self) -> State:
-        """The RFC 9568 §6.4 state (the phase without its sub-state)."""
-        return self.phase.state
-
-    @property
-    def contest_pending(self) -> bool:
-        """Advertised after a priority-0 advert; the bind waits for the contest window."""
-        return self.phase is Phase.BACKUP_CONTEST
-
-    @property
-    def lead_pending(self) -> bool:
-        """Announced; the advert that makes another router step down is due at the deadline."""
-        return self.phase in _LEAD_PHASES
-
-    @property
-    def skew(self) -> float:
-        """Our current Skew_Time in seconds (own priority, current Master_Adver_Interval)."""
-        return skew_time(self.params.version, self.priority, self.master_adver_interval_cs)
-
-    @property
-    def mdi(self) -> float:
-        """Our current Master_Down_Interval in seconds."""
-        return master_down_interval(
-            self.params.version, self.priority, self.master_adver_interval_cs
-        )
-
-    @property
-    def advert_interval(self) -> float:
-        """Our own advertisement interval in seconds."""
-        return self.params.advert_interval_cs / 100
-
-    def _mdi_text(self) -> str:
-        return (
-            f"MDI {_fmt_s(self.mdi)} s = {DOWN_TIMER_ADVERTS} x "
-            f"{_fmt_s(self.master_adver_interval_cs / 100)} s + skew {_fmt_s(self.skew)} s "
-            f"at our prio {self.priority}"
-        )
-
-    def _go(self, event: Event, phase: Phase) -> None:
-        """Move to ``phase`` on ``event``, if the table has that row (else a bug: raise)."""
-        if phase not in TRANSITIONS[self.phase].get(event, ()):
-            raise RuntimeError(
-                f"VRRP transition {self.phase.value} --{event.value}--> {phase.value} "
-                "is not in vrrp.transitions.TRANSITIONS"
-            )
-        self.phase = phase
 
     # ------------------------------------------------------------------ Startup, Shutdown
 
@@ -360,7 +257,7 @@ class Machine:
             self._go(Event.PRIORITY, phase)
             return []
         self.master_priority = priority
-        self._go(Event.PRIORITY, _NO_LEAD[phase])  # this advert is the lead's too
+        self._go(Event.PRIORITY, NO_LEAD[phase])  # this advert is the lead's too
         self.deadline = now + self.advert_interval
         return [SendAdvert(priority)]
 
@@ -376,104 +273,6 @@ class Machine:
         if self.phase is Phase.BACKUP_CONTEST:
             return self._contest_won(now)
         return self._master_down(now)
-
-    def _adver_timer(self, now: float) -> list[Action]:
-        # RFC 9568 §6.4.3: send an advert, restart the timer. When the shell is late we
-        # restart from now rather than catching up in a burst.
-        self.deadline = now + self.advert_interval
-        if self.phase is not Phase.ACTIVE_CONTESTED:
-            # A lead's advert is this one; a contest still open ends on a later tick.
-            self._go(Event.ADVER_TIMER, _NO_LEAD[self.phase])
-            return [SendAdvert(self.priority)]
-        assert self._contested is not None
-        # Every lower-priority advert restarts this timer, so a tick means a whole interval
-        # without one: the other router stepped down. Announce once more, so a gratuitous
-        # ARP it sent after ours (the two cross on the wire) cannot leave the clients on a
-        # MAC that no longer answers for the VIP.
-        src, prio = self._contested
-        self._contested = None
-        self._go(Event.ADVER_TIMER, Phase.ACTIVE)
-        reason = (
-            f"lower-priority-advert: contest over, {src} (prio {prio}) quiet for "
-            f"{_fmt_s(self.advert_interval)} s; announcing once more"
-        )
-        self.last_reason = reason
-        return [SendAdvert(self.priority), Announce(reason)]
-
-    def _contest_won(self, now: float) -> list[Action]:
-        # The contest window after our advert passed without a better router's advert (the
-        # shell read the socket up to now): bind and announce, then advertise again. The
-        # old master lets go on our announcement (IPv4) or this second advert (IPv6, whose
-        # announcements it does not watch), so the clients never wait on a descheduled
-        # process between our bind and its release.
-        reason = self._contest_reason
-        self._contest_reason = ""
-        self._become_active(now, reason, Phase.ACTIVE)
-        self.deadline = now + self.advert_interval
-        return [BecomeActive(reason), SendAdvert(self.priority)]
-
-    def _master_down(self, now: float) -> list[Action]:
-        # BACKUP: Master_Down_Timer fired (RFC 9568 §6.4.2) -> become active.
-        interval = self.master_adver_interval_cs / 100
-        live = self._discarded is not None and now - self._discarded[2] <= 2 * interval
-        starting = self.phase is Phase.BACKUP_STARTING
-        if live and starting:
-            # Start-up hold: a live master keeps the VIP until we are warm (bounded).
-            if now < self._hold_until:
-                self.deadline = self._hold_until
-                self._go(Event.MASTER_DOWN_TIMER, Phase.BACKUP_STARTING)
-                return []
-            # Counted, but bounded from our start: a master whose first advert comes just
-            # before our down timer (it started moments before us) must not hold us for
-            # another ``startup_adverts`` intervals of its own.
-            warm_by = self._backup_since + self.params.startup_adverts * interval
-            if self._heard < self.params.startup_adverts and now < warm_by:
-                self.deadline = min(now + interval, warm_by)
-                self._go(Event.MASTER_DOWN_TIMER, Phase.BACKUP_STARTING)
-                return []
-        held = starting and now > self._backup_since + self.mdi
-        lead = self.params.preempt_lead if live else 0.0
-        released = self._released is not None
-        details = self._down_details(now)
-        if live and held:
-            details += (
-                f"; held after start for {_fmt_s(now - self._backup_since)} s (start-up hold "
-                f"{_fmt_s(self.params.startup_hold)} s, {self.params.startup_adverts} adverts)"
-            )
-        if live:
-            details += f"; make-before-break: announcing first, advertising {_fmt_s(lead)} s later"
-        contest = self.params.release_contest
-        if released and contest > 0:
-            # The old master resigned and keeps the VIP (quiet) until it hears our advert
-            # and sees our announcement. The advert goes first: it stops the other
-            # backups' skew timers, and one of our priority fired with us (one Skew_Time
-            # for all of them); its advert reaching us inside the window decides, by the
-            # RFC 9568 §6.4.3 ranking, which of us binds, so the VIP is never on both.
-            details += (
-                f"; advertised first, binding after a {_fmt_s(contest)} s contest window "
-                "without a better router's advert"
-            )
-            self._contest_reason = self.last_reason = f"master-down: {details}"
-            self._go(Event.MASTER_DOWN_TIMER, Phase.BACKUP_CONTEST)
-            self.deadline = now + contest
-            return [SendAdvert(self.priority)]
-        reason = f"master-down: {details}"
-        if released or not live:
-            # RFC order: the advert first. The old master is presumed dead, so there are no
-            # clients to keep; the advert stops the other backups' timers at once. (After a
-            # priority-0 advert with no contest window, the same.)
-            self._become_active(now, reason, Phase.ACTIVE)
-            self.deadline = now + self.advert_interval
-            return [SendAdvert(self.priority), BecomeActive(reason)]
-        # Make-before-break: the old master is alive and answers the clients until it hears
-        # our advert, so our gratuitous ARP goes first and the advert after it.
-        if lead == 0:
-            self._become_active(now, reason, Phase.ACTIVE)
-            self.deadline = now + self.advert_interval
-            return [BecomeActive(reason), SendAdvert(self.priority)]
-        self._become_active(now, reason, Phase.ACTIVE_LEAD)
-        self.deadline = now + lead
-        return [BecomeActive(reason)]
 
     # ------------------------------------------------------------------ adverts
 
@@ -504,176 +303,3 @@ class Machine:
         if phase is Phase.BACKUP_CONTEST:
             return self._contest_lost(now, src, priority, interval_cs)
         return self._backup_rx(now, event, src, priority, interval_cs)
-
-    def _backup_rx(
-        self, now: float, event: Event, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        phase = self.phase
-        if event is Event.ADVERT_RESIGN:
-            # The master resigned: take over after Skew_Time, so the highest-priority backup
-            # (smallest skew) wins without waiting for a down interval. The interval in a
-            # priority-0 advert is not adopted (RFC 9568 §6.4.2, keepalived alike).
-            self._released = (src, now)
-            self.deadline = now + self.skew
-            self._go(event, phase)
-            return []
-        p = self.params
-        self._go(event, phase)  # accepted or discarded, a Backup stays one
-        if phase is Phase.BACKUP_STARTING:
-            self._heard += 1  # whoever sent it: the process has been up for it
-        if backup_accepts(p, self.priority, priority):
-            if priority >= self.priority:
-                self._preempt_window_start = None
-            self._discarded = None
-            self._learn(now, src, priority, interval_cs)
-            return []
-        # Lower priority and we may preempt.
-        if p.preempt_delay > 0:
-            if self._preempt_window_start is None:
-                self._preempt_window_start = now
-            if now < self._preempt_window_start + p.preempt_delay:
-                # Still inside the delay: behave as if preemption were off for now.
-                self._learn(now, src, priority, interval_cs)
-                return []
-        # Discard: the down timer keeps running from the last accepted advert and we
-        # preempt when it fires (keepalived "received lower priority advert - discarding").
-        self._discarded = (src, priority, now)
-        return []
-
-    def _contest_lost(
-        self, now: float, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        # Inside the contest window our advert is out and the VIP not bound. A better
-        # router (RFC 9568 §6.4.3: higher priority, or equal from a greater address) wins:
-        # we follow it and never bind. (A worse one steps down on our advert; another
-        # priority-0 advert changes nothing: IGNORED.)
-        self._go(Event.ADVERT_HIGHER, Phase.BACKUP)
-        self._contest_reason = ""
-        self._released = None
-        self._learn(now, src, priority, interval_cs)
-        rank_ = "higher priority" if priority > self.priority else "equal priority, higher address"
-        reason = (
-            f"master-down: contest lost to {src} (prio {priority}, {rank_}; ours "
-            f"{self.priority}) before binding the VIP; backup, {self._mdi_text()}"
-        )
-        self.last_reason = reason
-        return [ContestLost(reason)]
-
-    def _active_rx(
-        self, now: float, event: Event, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        own = self.params.primary_ip
-        if event is Event.ADVERT_RESIGN:
-            # Someone else resigned while we are active (e.g. after a split brain): advertise
-            # at once so the backups, whose skew timers just started, see we are here.
-            self._go(event, _NO_LEAD[self.phase])
-            self.deadline = now + self.advert_interval
-            return [SendAdvert(self.priority)]
-        if event is Event.ADVERT_HIGHER:
-            if priority > self.priority:
-                why = f"advert from {src} with higher priority {priority}, ours {self.priority}"
-            else:
-                why = (
-                    f"advert from {src} with equal priority {priority} and a higher address "
-                    f"than ours ({own})"
-                )
-            self._enter_backup(now, event, Phase.BACKUP)
-            self._learn(now, src, priority, interval_cs)
-            reason = f"preempted: {why}; now backup, {self._mdi_text()}"
-            self.last_reason = reason
-            return [BecomeBackup(reason)]
-        if priority == self.priority:
-            what = f"equal priority {priority} and a lower address than ours ({own})"
-        else:
-            what = f"lower priority {priority}, ours {self.priority}"
-        reason = (
-            f"lower-priority-advert: from {src} with {what}; "
-            "advertised at once to force a new election"
-        )
-        self.last_reason = reason
-        self._contested = (src, priority)
-        # RFC 9568 §6.4.3 (new in RFC 9568 against RFC 5798): send an advert immediately so
-        # the other router, which believes it is active, steps down now rather than at our
-        # next periodic advert. Make-before-break: re-announce first (it may have moved the
-        # traffic), and the advert preempt_lead later, so the clients are back before it
-        # stops answering.
-        lead = self.params.preempt_lead
-        was_leading = self.lead_pending
-        if lead == 0:
-            contested = Phase.ACTIVE_CONTESTED_LEAD if was_leading else Phase.ACTIVE_CONTESTED
-            self._go(event, contested)
-            self.deadline = now + self.advert_interval
-            return [Announce(reason), SendAdvert(self.priority)]
-        self._go(event, Phase.ACTIVE_CONTESTED_LEAD)
-        if was_leading:
-            return []  # announced and the advert is due: a second one changes nothing
-        self.deadline = now + lead
-        return [Announce(reason)]
-
-    # ------------------------------------------------------------------ internals
-
-    def _enter_backup(self, now: float, event: Event, phase: Phase) -> None:
-        self._go(event, phase)
-        self._contest_reason = ""
-        self._contested = None
-        self._heard = 0
-        self.state_since = now
-        self._backup_since = now
-        self.last_advert_at = None
-        self._released = None
-        self._discarded = None
-        self._preempt_window_start = None
-
-    def _become_active(self, now: float, reason: str, phase: Phase) -> None:
-        self._go(Event.MASTER_DOWN_TIMER, phase)
-        self.state_since = now
-        self.last_reason = reason
-        self.master_ip = self.params.primary_ip
-        self.master_priority = self.priority
-        self.master_adver_interval_cs = self.params.advert_interval_cs
-        self.last_advert_at = None
-        self._released = None
-        self._discarded = None
-        self._preempt_window_start = None
-
-    def _learn(self, now: float, src: IPAddress, priority: int, interval_cs: int) -> None:
-        # RFC 9568 §6.4.2: v3 sets Master_Adver_Interval from the advert; v2 has no such
-        # variable (the interval must match ours, enforced by the packet checks). Clamped:
-        # a forged advert must not stretch our down timer without bound.
-        if self.params.version == 3:
-            bound = MAX_LEARNED_INTERVAL_FACTOR * self.params.advert_interval_cs
-            self.master_adver_interval_cs = min(interval_cs, bound)
-        self.master_ip = src
-        self.master_priority = priority
-        self.last_advert_at = now
-        self._released = None
-        self.deadline = now + self.mdi
-
-    def _down_details(self, now: float) -> str:
-        """Why the down timer fired, with the numbers (for BecomeActive's reason)."""
-        if self._released is not None:
-            src, at = self._released
-            return (
-                f"{src} resigned (priority-0 advert {_fmt_s(now - at)} s ago), "
-                f"skew {_fmt_s(self.skew)} s at our prio {self.priority}"
-            )
-        if self.last_advert_at is None:
-            text = (
-                f"no advert in {_fmt_s(now - self._backup_since)} s since entering backup, "
-                f"{self._mdi_text()}"
-            )
-        else:
-            text = (
-                f"last advert from {self.master_ip} (prio {self.master_priority}, interval "
-                f"{_fmt_s(self.master_adver_interval_cs / 100)} s) "
-                f"{_fmt_s(now - self.last_advert_at)} s ago, {self._mdi_text()}"
-            )
-        if self._discarded is not None:
-            src, prio, at = self._discarded
-            text += (
-                f"; preempting {src} (prio {prio} < ours {self.priority}, last seen "
-                f"{_fmt_s(now - at)} s ago)"
-            )
-            if self._preempt_window_start is not None:
-                text += f" after preempt_delay {_fmt_s(self.params.preempt_delay)} s"
-        return text
