@@ -87,6 +87,10 @@ class Phase(Enum):
     ACTIVE_CONTESTED_LEAD = "active/contested-lead"
     ACTIVE_CONTESTED = "active/contested"
 
+    # Members are singletons: hash by identity, in C. Enum's own hash (of the name, in
+    # Python) costs a function call on every table lookup, several per advert and per tick.
+    __hash__ = object.__hash__
+
     @property
     def state(self) -> State:
         """The RFC state this sub-state belongs to."""
@@ -112,6 +116,8 @@ class Event(Enum):
     MASTER_DOWN_TIMER = "master-down-timer"  # Backup's timer (and the contest window's end)
     ADVER_TIMER = "adver-timer"  # Active's timer (and the make-before-break lead's end)
     PRIORITY = "priority-change"  # set_priority()
+
+    __hash__ = object.__hash__  # as Phase's
 
 
 def address_greater(a: IPv4Address | IPv6Address, b: IPv4Address | IPv6Address) -> bool:

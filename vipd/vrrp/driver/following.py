@@ -51,7 +51,13 @@ def follows_quietly(m: state.Machine, src: IPAddress, priority: int) -> bool:
 def advert_copies(
     m: state.Machine, times: list[float], src: IPAddress, priority: int, interval_cs: int
 ) -> list[Action]:
-    """One advert received at each of ``times`` (oldest first): ``m.on_advert`` for each."""
+    """One advert received at each of ``times`` (oldest first): the machine's state and
+    actions as after ``m.on_advert`` for each, in that order."""
+    if times and m.phase is state.Phase.BACKUP and follows_quietly(m, src, priority):
+        # Each copy only restarts the down timer from its arrival (RFC 9568 §6.4.2) and
+        # nothing else counts them (the start-up hold, which does, is over): the last one
+        # leaves the machine as all of them would.
+        return m.on_advert(times[-1], src, priority, interval_cs)
     actions: list[Action] = []
     for at in times:
         actions += m.on_advert(at, src, priority, interval_cs)
