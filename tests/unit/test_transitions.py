@@ -8,13 +8,16 @@ move the table lacks), so a row too narrow or too wide fails here.
 
 from __future__ import annotations
 
+import copy
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from ipaddress import IPv4Address, IPv6Address
 
 import pytest
 
 from vipd.vrrp import variables
+from vipd.vrrp.actions import SendAdvert
+from vipd.vrrp.driver.timers import ADVERT_ONLY
 from vipd.vrrp.params import Params
 from vipd.vrrp.state import Machine
 from vipd.vrrp.transitions import (
@@ -189,7 +192,11 @@ class Recorder(Machine):
         self.seen.add((before, event, phase))
 
 
-def _walk(seed: int, seen: set[tuple[Phase, Event, Phase]]) -> None:
+def _walk(
+    seed: int,
+    seen: set[tuple[Phase, Event, Phase]],
+    check: Callable[[Machine], None] | None = None,
+) -> None:
     rnd = random.Random(seed)
     p = Params(
         3,
@@ -205,6 +212,8 @@ def _walk(seed: int, seen: set[tuple[Phase, Event, Phase]]) -> None:
     m = Recorder(p, seen)
     now = 0.0
     for _ in range(400):
+        if check is not None:
+            check(m)
         now += rnd.choice([0.0, 0.0, 0.001, 0.01, 0.3, 1.0])
         roll = rnd.random()
         if roll < 0.03:
@@ -248,3 +257,20 @@ def test_a_move_missing_from_the_table_is_refused(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(RuntimeError, match="initialize --startup--> backup/start-up-hold"):
         m.start(0.0)
     assert m.phase is Phase.INITIALIZE
+
+
+def test_the_driver_s_steady_tick_is_exactly_the_sub_states_whose_timer_only_advertises() -> None:
+    # vrrp.driver.timers sends the advert of an ADVERT_ONLY sub-state's tick without the rest
+    # of its bookkeeping: right only if that tick never does anything else, and every other
+    # Active sub-state's tick does more.
+    found: dict[Phase, set[bool]] = {}
+
+    def check(m: Machine) -> None:
+        if m.phase in ACTIVE_PHASES and m.deadline is not None:
+            twin = copy.deepcopy(m)
+            only = twin.on_timer(m.deadline) == [SendAdvert(m.priority)]
+            found.setdefault(m.phase, set()).add(only)
+
+    for seed in range(100):
+        _walk(seed, set(), check)
+    assert found == {phase: {phase in ADVERT_ONLY} for phase in ACTIVE_PHASES}
