@@ -265,6 +265,12 @@ def check_access(cfg: Config) -> None:
         asks.append((kube.Access.from_lease(lease), kube.lease_needs(lease)))
     if cfg.ipvs.enabled and cfg.ipvs.discovery.enabled:
         asks.append((kube.Access.from_discovery(cfg.ipvs.discovery), kube.DISCOVERY_NEEDS))
+    from vipd.membership import policy, reader
+
+    followed = policy.sources_of(policy.followed_lists(cfg))
+    if followed:
+        access = cfg.membership.access(cfg.membership.api_servers[0])
+        asks.append((access, [n for s in followed for n in reader.NEEDS[s]]))
     denied: list[str] = []
     for access, needs in asks:
         got = kube.review(access, needs)

@@ -194,6 +194,8 @@ FLOORS = {
     "vipd.endpoint": "drivers",
     "vipd.hooks": "drivers",
     "vipd.kube": "drivers",
+    "vipd.membership": "drivers",
+    "vipd.membership.policy": "core",
     "vipd.preflight": "drivers",
     "vipd.tracking": "drivers",
     "vipd.agent": "agent",
