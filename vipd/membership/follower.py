@@ -36,6 +36,10 @@ from vipd.membership.reader import TIMEOUT, Reader
 Apply = Callable[[Config, dict[str, tuple[IPAddress, ...]], policy.Verdict | None], None]
 
 
+def _order(a: IPAddress) -> tuple[int, IPAddress]:
+    return (a.version, a)
+
+
 class MembershipFollower:
     def __init__(
         self,
@@ -125,7 +129,16 @@ class MembershipFollower:
                     source=source,
                     server=server,
                 )
+            last = self.known.sets.get(source)
             self.known = self.known.update(source, found)
+            if self.known.sets.get(source) != last:
+                vlog.event(
+                    self.log,
+                    logging.INFO,
+                    "membership source changed",
+                    source=source,
+                    addresses=",".join(map(str, sorted(found.addresses, key=_order))),
+                )
         self.attempted = True
         self._count_failures(failed, errors)
         lists = policy.merged(self.cfg, self.known, self.own)
@@ -150,6 +163,14 @@ class MembershipFollower:
             known = self.known.union(unicast.sources)
             verdict = self.admission.verdict(self.clock(), self.attempted, known)
             metrics.MEMBERSHIP_HELD.set(1 if verdict.held else 0)
+            if verdict != self.verdict:
+                vlog.event(
+                    self.log,
+                    logging.INFO,
+                    "membership admission",
+                    held=verdict.held,
+                    why=verdict.why,
+                )
         self.verdict = verdict
         self.apply(policy.effective(self.cfg, lists), lists, verdict)
 
