@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from ipaddress import ip_address
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -329,3 +329,65 @@ def test_config_rules_name_the_key(patch: dict[str, Any], message: str) -> None:
     with pytest.raises(config.ConfigError) as err:
         config.parse(data, env={}, hostname=None)
     assert str(err.value).startswith(message), str(err.value)
+
+
+# -- apply_to: the merged lists into the agent's parts -----------------------------------------
+
+
+class FakeVrrp:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, bool, str]] = []
+
+    def set_membership(self, peers: Any, held: bool, why: str) -> None:
+        self.calls.append((peers, held, why))
+
+
+class FakeLease:
+    def __init__(self, cfg: config.Config) -> None:
+        self.cfg = cfg
+        self.reconfigured = 0
+
+    @property
+    def health_peers(self) -> list[Any]:
+        h = self.cfg.health
+        return [] if h is None else list(h.peers)
+
+    def reconfigure(self, cfg: config.Config) -> None:
+        self.cfg = cfg
+        self.reconfigured += 1
+
+
+class FakeHealth:
+    def __init__(self) -> None:
+        self.targets: list[set[Any]] = []
+
+    def set_targets(self, targets: Any) -> None:
+        self.targets.append(set(targets))
+
+
+def test_apply_to_hands_each_list_to_its_part() -> None:
+    from vipd.membership.follower import apply_to
+
+    v = FakeVrrp()
+    lists = {policy.UNICAST_PEERS: (A("10.0.0.2"), A("10.0.0.4"))}
+    verdict = policy.Verdict(True, "not in the set")
+    apply_to(cfg_of(), lists, verdict, elections=[cast(Any, v)], health=None, ipvs=None,
+             health_peers=lambda: [])  # fmt: skip
+    assert v.calls == [((A("10.0.0.2"), A("10.0.0.4")), True, "not in the set")]
+
+    lease_cfg = config.parse(
+        {"node": "n", "vip": "10.0.0.100", "interface": "eth0", "election": {"mode": "lease"},
+         "health": {"peers": ["10.0.0.2"], "peers_from": ["nodes"]}},
+        env={}, hostname=None,
+    )  # fmt: skip
+    e, h = FakeLease(lease_cfg), FakeHealth()
+    lists = {policy.HEALTH_PEERS: (A("10.0.0.2"), A("10.0.0.5"))}
+    eff = policy.effective(lease_cfg, lists)
+    apply_to(eff, lists, None, elections=[cast(Any, e)], health=h, ipvs=None,
+             health_peers=lambda: e.health_peers)  # fmt: skip
+    assert e.reconfigured == 1 and e.health_peers == [A("10.0.0.2"), A("10.0.0.5")]
+    assert h.targets[-1] == {A("10.0.0.2"), A("10.0.0.5")}
+    # The same lists again: nothing to reconfigure.
+    apply_to(eff, lists, None, elections=[cast(Any, e)], health=h, ipvs=None,
+             health_peers=lambda: e.health_peers)  # fmt: skip
+    assert e.reconfigured == 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from vipd import log as vlog
@@ -195,7 +195,7 @@ class MembershipFollower:
 
 def apply_to(
     eff: Config,
-    lists: dict[str, tuple[IPAddress, ...]],
+    lists: Mapping[str, tuple[IPAddress, ...]],
     verdict: policy.Verdict | None,
     *,
     elections: Iterable[Election],

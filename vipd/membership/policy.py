@@ -27,8 +27,10 @@ The unicast admission rule (``election.vrrp.unicast_peers_from``)
     set. Until its first read is done it is held too. A node that reads nothing at all (no
     API server answers: a first ``kubeadm init``) is not held: the static list rules, and
     the RFC 5227 start probe (``vipd.vrrp.startprobe``) keeps it from binding a VIP that
-    another node answers for. Adverts from a new peer are accepted as soon as it is in
-    the set.
+    another node answers for. That probe also keeps a new node out while the VIP is held
+    and the master has not learnt it: unicast adverts go to the master's set only, so none
+    reaches the new node, and the probe waits for one. Adverts from a new peer are accepted
+    as soon as it is in the set.
 
 What it must not do: talk to the API server, read the clock, or decide an election (it
 only says whether a node may take part).
