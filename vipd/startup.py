@@ -150,11 +150,18 @@ def check_scripts(cfg: Config) -> None:
 
 
 def check_lease(cfg: Config) -> None:
-    """Lease mode: the credentials must be found and load (checked at start)."""
+    """Lease mode and membership (a ``*_from`` key): the credentials must be found and load
+    (checked at start)."""
     if cfg.election.mode == "lease" and cfg.election.lease is not None:
         from vipd import kube
 
         kube.check(kube.Access.from_lease(cfg.election.lease))
+    from vipd.membership import policy
+
+    if policy.followed_lists(cfg):  # membership reads with its own credentials
+        from vipd import kube
+
+        kube.check(cfg.membership.access(cfg.membership.api_servers[0]))
 
 
 class Background:

@@ -32,6 +32,7 @@ import yaml
 
 from tests.prereq import missing
 from vipd.lab.daemons import VipdDaemon, VrrpSpec
+from vipd.lab.faults import drop_address
 from vipd.lab.kubebed.bed import API_PORT, KubeBed, usable
 from vipd.lab.topology import CLIENT4, VIP4, Node, python_argv, python_env
 
@@ -58,9 +59,12 @@ def bed() -> Iterator[KubeBed]:
 class MemberVipd(VipdDaemon):
     """vipd in VRRP unicast mode whose peers follow the bed's API."""
 
-    def __init__(self, bed: KubeBed, node: Node, static: list[Node], api: list[str]) -> None:
+    def __init__(
+        self, bed: KubeBed, node: Node, static: list[Node], api: list[str], follow: bool = True
+    ) -> None:
         super().__init__(bed.lab, node, VrrpSpec(vip=VIP4, unicast=True), static)
         self.bed = bed
+        self.follow = follow
         self.static = [n.ipv4 for n in static]
         self.api = api
         self.priority = PRIORITIES[node.name]
@@ -69,7 +73,7 @@ class MemberVipd(VipdDaemon):
         out = super().config()
         vrrp = out["election"]["vrrp"]
         vrrp["unicast_peers"] = self.static
-        vrrp["unicast_peers_from"] = ["endpointslices", "nodes"]
+        vrrp["unicast_peers_from"] = ["endpointslices", "nodes"] if self.follow else []
         out["membership"] = {
             "interval": INTERVAL,
             # the bed's ServiceAccount token (the rendered RBAC is applied below)
@@ -163,13 +167,19 @@ class Holders:
         return [(t - since, h) for t, h in self.samples if t >= since and len(h) > 1]
 
 
-def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed) -> None:
+@pytest.mark.parametrize("followed", [True, False], ids=["followed", "control-n2-n3-static"])
+def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed, followed: bool) -> None:
+    """``followed=False`` is the control: n2 and n3 keep static lists (only n1 follows), so
+    they drop n4's adverts, and when n1 dies two nodes hold the VIP: the judge can fail."""
     n1, n2, n3 = bed.nodes
     lab = bed.lab
     fourth = Node("n4", 4, lab.client_ns, "", CLIENT4, "")
     own = f"https://127.0.0.1:{API_PORT}"
     others = [f"https://{n.ipv4}:{API_PORT}" for n in (n1, n2, n3)]
-    daemons = {n.name: MemberVipd(bed, n, [n1, n2, n3], [own]) for n in (n1, n2, n3)}
+    daemons = {
+        n.name: MemberVipd(bed, n, [n1, n2, n3], [own], follow=followed or n is n1)
+        for n in (n1, n2, n3)
+    }
     # The joining node: no API server of its own yet, so it reads through the others'.
     d4 = MemberVipd(bed, fourth, [n1, n2, n3], [own, *others])
     docs = apply_membership_rbac(bed, daemons["n1"].config())
@@ -185,6 +195,8 @@ def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed) -> None:
             holders.wait_one("n1", 60)
             three = sorted(n.ipv4 for n in (n1, n2, n3))
             for d in daemons.values():
+                if not d.follow:
+                    continue
                 wait_log(d, source_re("nodes", three), 30)
                 assert "held=true" not in d.log_text(), d.log_tail(20)
 
@@ -202,7 +214,8 @@ def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed) -> None:
             t_node = time.monotonic()
             bed.kubectl("create", "-f", "-", input_text=yaml.safe_dump(node_object("n4", CLIENT4)))
             for d in daemons.values():
-                wait_log(d, rf"unicast peers changed.*added={re.escape(CLIENT4)}", 30)
+                if d.follow:
+                    wait_log(d, rf"unicast peers changed.*added={re.escape(CLIENT4)}", 30)
             learnt = time.monotonic() - t_node
             wait_log(
                 d4, r"membership read through another API server.*server=https://10\.77\.0\.", 60
@@ -223,6 +236,16 @@ def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed) -> None:
             lab.set_link(n1, False)
             holders.dead.add("n1")
             daemons["n1"].stop(signal.SIGKILL, timeout=5)
+            if not followed:
+                # n2 (and n3) drop n4's adverts: n2 takes over too, and both stay.
+                deadline = time.monotonic() + 15
+                while not holders.doubles(t_kill) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                doubles = holders.doubles(t_kill)
+                assert doubles, holders.samples[-5:]
+                print(f"\ncontrol: two holders {doubles[0][0]:.2f} s after n1 died: "
+                      f"{doubles[0][1]}")  # fmt: skip
+                return
             took = holders.wait_one("n4", 30)
             print(f"n4 holds the VIP {took:.2f} s after n1 died")
             time.sleep(4)
@@ -239,8 +262,12 @@ def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed) -> None:
         finally:
             for d in (*daemons.values(), d4):
                 d.stop(signal.SIGTERM, timeout=10)
+            drop_address(lab, n1, VIP4)  # left by the SIGKILL
             lab.set_link(n1, True)
             bed.kubectl("delete", "node", "n1", "n2", "n3", "n4", "--ignore-not-found", check=False)
+            holders.dead.clear()
+        for name in ("n2", "n3"):
+            drop_address(lab, bed.node(name), VIP4)  # the control's second holder (stopped)
 
 
 def test_the_set_follows_endpointslices_and_nodes(bed: KubeBed) -> None:
