@@ -391,3 +391,34 @@ def test_apply_to_hands_each_list_to_its_part() -> None:
     apply_to(eff, lists, None, elections=[cast(Any, e)], health=h, ipvs=None,
              health_peers=lambda: e.health_peers)  # fmt: skip
     assert e.reconfigured == 1
+
+
+class FakeIpvs:
+    def __init__(self, cfg: config.Config) -> None:
+        self.cfg = cfg
+        self.reconfigured = 0
+
+    @property
+    def spec(self) -> Any:
+        return type("Spec", (), {"backends": self.cfg.ipvs.backends})()
+
+    def reconfigure(self, cfg: config.Config) -> None:
+        self.cfg = cfg
+        self.reconfigured += 1
+
+
+def test_apply_to_gives_ipvs_the_merged_backends_and_checks_them() -> None:
+    from vipd.membership.follower import apply_to
+
+    cfg = cfg_of(
+        health={}, ipvs={"enabled": True, "backends": ["10.0.0.1"], "backends_from": ["nodes"]}
+    )
+    ipvs, h = FakeIpvs(cfg), FakeHealth()
+    known = policy.Known({"nodes": frozenset({A("10.0.0.1"), A("10.0.0.6")})})
+    lists = policy.merged(cfg, known, frozenset({A("10.0.0.9")}))
+    eff = policy.effective(cfg, lists)
+    apply_to(eff, lists, None, elections=[], health=h, ipvs=ipvs, health_peers=lambda: [])
+    assert ipvs.reconfigured == 1 and ipvs.cfg.ipvs.backends == (A("10.0.0.1"), A("10.0.0.6"))
+    assert h.targets[-1] == {A("10.0.0.1"), A("10.0.0.6")}
+    apply_to(eff, lists, None, elections=[], health=h, ipvs=ipvs, health_peers=lambda: [])
+    assert ipvs.reconfigured == 1  # unchanged: not reconfigured again
