@@ -151,6 +151,8 @@ def test_a_held_node_never_leads_until_released(monkeypatch: pytest.MonkeyPatch)
         assert e.held  # not in the static list: out until membership says otherwise
         assert e.machine.state is state.State.INITIALIZE
         assert n.timers.next_due() is None  # no master-down timer: it cannot take over
+        ready, why = e.readiness()
+        assert not ready and why.startswith("membership: held out"), why
         e.set_membership((A("10.0.0.12"), A("10.0.0.13")), True, "not in the set")
         assert e.machine.state is state.State.INITIALIZE and "advert:100" not in n.events
         e.set_membership((A("10.0.0.12"), A("10.0.0.13")), False, "in the set")

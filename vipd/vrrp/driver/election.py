@@ -392,6 +392,8 @@ class VrrpElection(AgentEvents):
             return False, "starting: sockets not open yet"
         if not self.link_up:
             return False, f"interface {self.ifname} is down: not in the election"
+        if self.held:
+            return False, "membership: held out until the other nodes can hear this one"
         if self.machine.state is state.State.INITIALIZE:
             return False, "not in the election"
         if self.adverts.send_error is not None:
