@@ -16,8 +16,9 @@ What it is
     server lists not even the server that answered, so it is not the truth either.
 
 The unicast admission rule (``election.vrrp.unicast_peers_from``)
-    A node drops adverts from a source that is not in its set (RFC 9568 §7.1 leaves the
-    unicast check to the implementation; vipd's is ``vipd.vrrp.packet``). So a new node
+    A node drops unicast adverts from a source that is not in its set (RFC 9568 defines
+    multicast adverts only; unicast peers are an extension, keepalived's ``unicast_peer``,
+    and vipd's source check is in ``vipd.vrrp.packet``). So a new node
     must not win before the others have learnt it, or two nodes would hold the VIP. The
     rule: a node whose own address is in the static list is known to every node from the
     start and is never held. Any other node stays out of the election (no adverts, never
