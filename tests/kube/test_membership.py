@@ -14,7 +14,13 @@ nodes]`` applied and vipd running with the ServiceAccount's token:
   master does not advertise to it and its start probe keeps it out; the others learn it
   from its Node object, it joins after the admission rule's wait, it is heard, and when the
   master dies (link down, SIGKILL) it takes over; at no sample do two live nodes hold the
-  VIP.
+  VIP. Its control (n2 and n3 on static lists) ends with two holders: the judge can fail;
+- Lease mode: ``health.peers_from: [endpointslices]`` gives the health checker the other
+  API servers (their series on /metrics) and drops one whose API server is killed.
+
+The fourth node runs in the lab's client namespace (the bed has three node namespaces, each
+with its etcd and API server); the API objects are served by the real kube-apiserver, not an
+emulator.
 """
 
 from __future__ import annotations
@@ -313,3 +319,56 @@ def test_the_set_follows_endpointslices_and_nodes(bed: KubeBed) -> None:
     finally:
         d.stop(signal.SIGTERM, timeout=10)
         bed.kubectl("delete", "node", "cp-8", "cp-9", "--ignore-not-found", check=False)
+
+
+class LeaseMember(VipdDaemon):
+    """vipd in Lease mode whose health peers follow the EndpointSlices."""
+
+    def __init__(self, bed: KubeBed, node: Node) -> None:
+        super().__init__(bed.lab, node, VrrpSpec(vip=VIP4), bed.nodes)
+        cfg = bed.vipd_config(node)
+        cfg["health"]["peers"] = []
+        cfg["health"]["peers_from"] = ["endpointslices"]
+        cfg["membership"] = {"interval": INTERVAL, "kubeconfig": str(bed.vipd_kubeconfig(node))}
+        self.cfg = cfg
+
+    def config(self) -> dict[str, Any]:
+        return self.cfg
+
+
+def test_lease_health_peers_follow_the_endpointslices(bed: KubeBed) -> None:
+    n1, n2, n3 = bed.nodes
+    d = LeaseMember(bed, n1)
+    apply_membership_rbac(bed, d.config())
+    try:
+        d.start()
+        peers = rf"{re.escape(n2.ipv4)},{re.escape(n3.ipv4)}"
+        wait_log(d, rf"membership changed.*list=health\.peers .*members=\"?{peers}\"?(\s|$)", 60)
+        wait_log(d, r"became leader", 60)
+        # The health checker checks the followed peers (its series appear on /metrics).
+        deadline = time.monotonic() + 20
+        while True:
+            text = bed.lab.exec(
+                n1.ns, ["curl", "-s", "http://127.0.0.1:2112/metrics"], check=False
+            ).stdout
+            found = {n.ipv4 for n in (n2, n3) if f'target="{n.ipv4}"' in text}
+            if found == {n2.ipv4, n3.ipv4}:
+                break
+            assert time.monotonic() < deadline, found
+            time.sleep(0.5)
+
+        # An API server goes: the Lease's health peers follow the slices.
+        t_kill = time.monotonic()
+        bed.procs[n3.name].apiserver.kill()
+        since = len(d.log_text())
+        wait_log(
+            d,
+            rf"membership changed.*list=health\.peers .*removed={re.escape(n3.ipv4)}",
+            TTL + PASS + INTERVAL + SLACK,
+            since,
+        )
+        print(f"\nhealth.peers dropped {n3.ipv4} {time.monotonic() - t_kill:.1f} s after SIGKILL")
+    finally:
+        d.stop(signal.SIGTERM, timeout=10)
+        bed.procs[n3.name].apiserver.start()
+        bed.wait_ready([n3.name], 120)
