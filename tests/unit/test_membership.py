@@ -422,3 +422,38 @@ def test_apply_to_gives_ipvs_the_merged_backends_and_checks_them() -> None:
     assert h.targets[-1] == {A("10.0.0.1"), A("10.0.0.6")}
     apply_to(eff, lists, None, elections=[], health=h, ipvs=ipvs, health_peers=lambda: [])
     assert ipvs.reconfigured == 1  # unchanged: not reconfigured again
+
+
+# -- the RBAC that vipd manifest rbac renders for membership -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sources", "slices", "nodes_role"),
+    [
+        (["endpointslices"], True, False),
+        (["nodes"], False, True),
+        (["endpointslices", "nodes"], True, True),
+        ([], False, False),
+    ],
+)
+def test_rbac_grants_what_the_sources_read(
+    sources: list[str], slices: bool, nodes_role: bool
+) -> None:
+    from vipd.deploy.manifest import Options, plan, rbac
+
+    vrrp = {"vrid": 5, "unicast_peers": ["10.0.0.1"], "unicast_peers_from": sources}
+    objs = rbac(plan({"vip": "10.0.0.100", "election": {"vrrp": vrrp}}), Options())
+    rules = [
+        (o["kind"], o["metadata"].get("namespace"), r)
+        for o in objs
+        if o["kind"] in ("Role", "ClusterRole")
+        for r in o["rules"]
+    ]
+    slice_rule = ("Role", "default", {"apiGroups": ["discovery.k8s.io"],
+                  "resources": ["endpointslices"], "verbs": ["list", "watch"]})  # fmt: skip
+    node_rule = ("ClusterRole", None, {"apiGroups": [""], "resources": ["nodes"],
+                 "verbs": ["list", "watch"]})  # fmt: skip
+    assert (slice_rule in rules) == slices
+    assert (node_rule in rules) == nodes_role
+    assert len(rules) == slices + nodes_role  # nothing more
+    assert bool(objs) == bool(sources)  # no API use, no ServiceAccount
