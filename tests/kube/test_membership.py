@@ -239,6 +239,7 @@ def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed, followed: bo
 
             # The master dies: link down, then SIGKILL. n4 (110) must win over n2 and n3.
             t_kill = time.monotonic()
+            marks = {name: len(d.log_text()) for name, d in daemons.items()}
             lab.set_link(n1, False)
             holders.dead.add("n1")
             daemons["n1"].stop(signal.SIGKILL, timeout=5)
@@ -256,10 +257,9 @@ def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed, followed: bo
             print(f"n4 holds the VIP {took:.2f} s after n1 died")
             time.sleep(4)
             assert holders.now() == ["n4"]
-            for name in ("n2", "n3"):
-                assert "became active" not in daemons[name].log_text().lower(), daemons[
-                    name
-                ].log_tail(30)
+            for name in ("n2", "n3"):  # neither took over, even for a moment
+                after = daemons[name].log_text()[marks[name] :]
+                assert "became active" not in after, after[-3000:]
             doubles = holders.doubles(t_join)
             assert not doubles, doubles[:10]
             count = len([s for s in holders.samples if s[0] >= t_join])
@@ -315,7 +315,8 @@ def test_the_set_follows_endpointslices_and_nodes(bed: KubeBed) -> None:
         wait_log(d, source_re("endpointslices", all_three), 60 + PASS + SLACK, since)
         print(f"listed again {time.monotonic() - t_up:.1f} s after its restart")
         log = d.log_text()
-        assert "403" not in log and "401" not in log, d.log_tail(40)  # the rendered RBAC is enough
+        # the rendered RBAC is enough: no read was refused
+        assert "Forbidden" not in log and "Unauthorized" not in log, d.log_tail(40)
     finally:
         d.stop(signal.SIGTERM, timeout=10)
         bed.kubectl("delete", "node", "cp-8", "cp-9", "--ignore-not-found", check=False)
