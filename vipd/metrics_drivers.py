@@ -167,6 +167,40 @@ IPVS_CHANGES = Counter(
     registry=REGISTRY,
 )
 
+# -- membership (vipd.membership) -------------------------------------------------------------
+
+MEMBERSHIP_LISTS = ("election.vrrp.unicast_peers", "health.peers", "ipvs.backends")
+MEMBERSHIP_SOURCES = ("endpointslices", "nodes")
+MEMBERSHIP_PEERS = Gauge(
+    "vipd_membership_peers",
+    "Addresses in a peer list that follows the control plane (a *_from key), static ones "
+    "included, this node's own excluded: the control-plane nodes less one. A drop while no "
+    "node was removed means the API lists fewer members than there are.",
+    ["list"],
+    registry=REGISTRY,
+)
+MEMBERSHIP_READ_FAILURES = Counter(
+    "vipd_membership_read_failures_total",
+    "Reads of a followed peer list that failed (no API server of membership.api_servers "
+    "answered, or an empty answer); the last good set is kept. 0 in steady state.",
+    ["list"],
+    registry=REGISTRY,
+)
+MEMBERSHIP_DROPPED = Counter(
+    "vipd_membership_objects_dropped_total",
+    "EndpointSlices, endpoints, Nodes or addresses from the API server that are not what "
+    "their type says, dropped from the membership set, by source. Always 0 unless something "
+    "writes malformed objects.",
+    ["source"],
+    registry=REGISTRY,
+)
+MEMBERSHIP_HELD = Gauge(
+    "vipd_membership_held",
+    "1 while membership's admission rule keeps this node out of the VRRP election (it is "
+    "not, or not long enough, in the set the other nodes read); 0 otherwise.",
+    registry=REGISTRY,
+)
+
 # -- Lease ------------------------------------------------------------------------------------
 
 LEASE_REQUESTS = Counter(

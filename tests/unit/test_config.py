@@ -141,8 +141,8 @@ def test_long_values_are_shortened() -> None:
         (
             (),
             "vip_address",
-            "election, garp, health, interface, ipvs, log, metrics, node, notify, scripts, track, "
-            "vip, vips",
+            "election, garp, health, interface, ipvs, log, membership, metrics, node, notify, "
+            "scripts, track, vip, vips",
         ),
         (("election",), "vrp", "mode, vrrp"),
         (

@@ -202,6 +202,8 @@ FLOORS = {
     "vipd.endpoint": "drivers",
     "vipd.hooks": "drivers",
     "vipd.kube": "drivers",
+    "vipd.membership": "drivers",
+    "vipd.membership.policy": "core",
     "vipd.preflight": "drivers",
     "vipd.tracking": "drivers",
     "vipd.agent": "agent",

@@ -30,6 +30,7 @@ from typing import Any, Literal, cast
 from vipd.config.auth_hmac import AuthHmac, window_for
 from vipd.config.error import Secret
 from vipd.config.kubeapi import Lease
+from vipd.config.membership import members_from
 from vipd.config.rules import IPAddress, node_addresses
 from vipd.config.schema import (
     Check,
@@ -234,6 +235,20 @@ def _auth_hmac(c: Check, key: str, value: object, got: Mapping[str, Any]) -> Aut
     return read(c, key, AuthHmac, value)
 
 
+def _unicast_peers_from(
+    c: Check, key: str, value: object, got: Mapping[str, Any]
+) -> tuple[str, ...]:
+    sources = members_from(c, key, value, got)
+    if sources and not got["unicast_peers"]:
+        c.fail(
+            key,
+            "needs election.vrrp.unicast_peers: unicast mode is decided at start, and the "
+            "static list is the set a node starts with (the first nodes' addresses)",
+            value,
+        )
+    return sources
+
+
 @dataclass(frozen=True, slots=True)
 class Vrrp:
     vrid: int = field(metadata=spec(_vrid, env=("VIPD_VRID", "int"), stand_in=1))
@@ -250,6 +265,10 @@ class Vrrp:
     # multicast: the sources whose adverts are heard (empty: any), vipd.vrrp.driver.adverts
     allowed_sources: tuple[IPNetwork, ...] = field(
         default=(), metadata=spec(_allowed_sources, needs=("unicast_peers",))
+    )
+    # membership sources merged into unicast_peers while running (vipd.membership)
+    unicast_peers_from: tuple[str, ...] = field(
+        default=(), metadata=spec(_unicast_peers_from, needs=("unicast_peers",))
     )
     # VRRPv2 simple password (auth type 1)
     auth_pass: str | None = field(default=None, metadata=spec(_auth_pass, needs=("version",)))
