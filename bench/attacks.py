@@ -237,6 +237,11 @@ def run_cell(variant: Variant, atk: Attack, binary: str | None) -> dict[str, Any
         "unheld_s": round(sum(b - a for a, b in unowned(tl, t0, end)), 3),
         "two_holders_s": round(sum(b - a for a, b in shared(tl, t0, end)), 3),
         "changes": len(tl.changes_between(t0, end)),
+        # (seconds from the first packet, node, "+" bound / "-" removed)
+        "change_log": [
+            (round(c.t - t0, 4), c.node, "+" if c.held else "-")
+            for c in tl.changes_between(t0, end)
+        ],
         "holders_end": holders_end,
     }
     if atk.flood:
