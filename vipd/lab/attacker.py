@@ -21,9 +21,11 @@ import struct
 import sys
 import textwrap
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from vipd.lab.nsthread import in_netns
 from vipd.lab.topology import CLIENT4, Lab
 from vipd.lab.wire import ETH_IPV4, VRRP_PROTO, iter_pcap
 from vipd.vrrp import auth
@@ -174,29 +176,30 @@ def captured(path: Path) -> list[Captured]:
     return out
 
 
-_METRICS = (
-    "import urllib.request;"
-    "print(urllib.request.urlopen('http://127.0.0.1:2112/metrics', timeout=5).read().decode())"
-)
-
-
 def metric_counts(lab: Lab, ns: str, metric: str, label: str = "reason") -> dict[str, int]:
     """``metric``'s samples on vipd's /metrics in ``ns`` by the value of ``label`` (an
-    unlabelled counter: under ""). Retries for up to 10 s: the endpoint comes up with the
-    daemon, and a busy host can make that late."""
+    unlabelled counter: under ""). Read from a thread inside ``ns`` (no process to start, so
+    a loaded host does not stretch the time between two reads); retries for up to 10 s: the
+    endpoint comes up with the daemon, and a busy host can make that late."""
+
+    def fetch() -> str:
+        with urllib.request.urlopen("http://127.0.0.1:2112/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
     deadline = time.monotonic() + 10.0
     while True:
-        proc = lab.exec(ns, [sys.executable, "-c", _METRICS], check=False)
-        if proc.returncode == 0 or time.monotonic() > deadline:
+        try:
+            text = in_netns(ns, fetch)
             break
-        time.sleep(0.2)
-    if proc.returncode != 0:
-        raise RuntimeError(f"no /metrics from {ns}: {proc.stderr.strip()[-300:]}")
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no /metrics from {ns} ({lab.prefix}): {e}") from None
+            time.sleep(0.2)
     pattern = re.compile(
         rf'^{re.escape(metric)}(?:\{{{re.escape(label)}="([^"]*)"\}})? ([0-9.e+]+)$'
     )
     counts: dict[str, int] = {}
-    for line in proc.stdout.splitlines():
+    for line in text.splitlines():
         m = pattern.match(line.strip())
         if m:
             counts[m.group(1) or ""] = int(float(m.group(2)))
