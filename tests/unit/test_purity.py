@@ -17,6 +17,7 @@ PURE = [
     "config/document.py",
     "config/election.py",
     "config/announce.py",
+    "config/bgp.py",
     "config/auth_hmac.py",
     "config/error.py",
     "config/kubeapi.py",

@@ -17,6 +17,10 @@ What it is: ``RoutedBed`` builds, per run, namespaces that all carry one name pr
   (``vipd.routed.actuator``) feeds.
 - ``<prefix>-c``: the client, 10.78.0.2/24 behind the router.
 
+With ``node_frr=False`` the nodes run no FRR at all (``announce.mode: bgp``: vipd's own
+speaker opens the session, `bgp_yaml` writes its config); the router has no BFD toward them
+and the build does not wait for their sessions (they come up once vipd runs).
+
 Each FRR instance runs in the foreground (tracked, killed at teardown) with its own vty
 socket directory, zserv path, pid file and one config file per daemon, without ``-N``;
 ``vtysh --vty_socket DIR`` reaches it. Nothing is read from or written to /etc/frr.
@@ -125,7 +129,7 @@ def _bfd(peers: list[tuple[str, str, str]]) -> list[str]:
     return [*lines, "exit"]
 
 
-def _router_conf(nodes: list[RoutedNode]) -> dict[str, list[str]]:
+def _router_conf(nodes: list[RoutedNode], bfd: bool = True) -> dict[str, list[str]]:
     bgp = [
         f"router bgp {ROUTER_AS}",
         f" bgp router-id {ROUTER_LAN}",
@@ -141,7 +145,7 @@ def _router_conf(nodes: list[RoutedNode]) -> dict[str, list[str]]:
     bgp += [" address-family ipv4 unicast", "  maximum-paths 8", " exit-address-family", "exit"]
     return {
         "zebra": ["hostname router", "no zebra nexthop kernel enable"],
-        "bfdd": _bfd([(n.addr, n.router_addr, n.name) for n in nodes]),
+        "bfdd": _bfd([(n.addr, n.router_addr, n.name) for n in nodes] if bfd else []),
         "bgpd": bgp,
     }
 
@@ -182,11 +186,14 @@ def cleanup(prefix: str) -> list[str]:
 class RoutedBed:
     """Router, nodes and client in namespaces, each with FRR running; a context manager."""
 
-    def __init__(self, nodes: int = 3, prefix: str | None = None, vip: str = VIP) -> None:
+    def __init__(
+        self, nodes: int = 3, prefix: str | None = None, vip: str = VIP, node_frr: bool = True
+    ) -> None:
         if not 1 <= nodes <= 8:
             raise ValueError(f"a routed bed has 1-8 nodes (got {nodes})")
         self.prefix = check_prefix(prefix or new_prefix())
         self.vip = vip
+        self.node_frr = node_frr
         self.router = f"{self.prefix}-r"
         self.client = f"{self.prefix}-c"
         self.nodes = [
@@ -281,11 +288,31 @@ class RoutedBed:
             _run([IP, "-n", node.ns, "addr", "add", f"{node.addr}/31", "dev", "eth0"])
             _run([IP, "-n", node.ns, "link", "set", "eth0", "up"])
             _run([IP, "-n", node.ns, "route", "add", "default", "via", node.router_addr])
-        self._start_frr(r, _router_conf(self.nodes))
+        self._start_frr(r, _router_conf(self.nodes, bfd=self.node_frr))
+        if not self.node_frr:
+            return  # vipd's speaker opens the sessions (bgp_yaml)
         for node in self.nodes:
             self._start_frr(node.ns, _node_conf(node, self.vip))
         self.wait_sessions()
         self.bind_bfd()
+
+    def bgp_yaml(self, node: RoutedNode, hold_time: int = 9) -> str:
+        """The ``announce`` section of a vipd config for ``node`` in ``announce.mode: bgp``
+        with the router as its one peer (YAML, indented as a top-level section)."""
+        return (
+            "announce:\n"
+            "  mode: bgp\n"
+            "  bgp:\n"
+            f"    local_asn: {NODE_AS}\n"
+            f"    router_id: {node.addr}\n"
+            f"    hold_time: {hold_time}\n"
+            f"    peers: [{{address: {node.router_addr}, asn: {ROUTER_AS}}}]\n"
+        )
+
+    def sessions_up(self) -> set[str]:
+        """The node addresses whose BGP session the router has Established."""
+        summary = self.show(self.router, "show bgp ipv4 unicast summary json")
+        return {a for a, p in summary.get("peers", {}).items() if p.get("state") == "Established"}
 
     def _start_frr(self, ns: str, confs: dict[str, list[str]]) -> None:
         """zebra, bfdd, bgpd in ``ns``, each reading its own config file at start.
