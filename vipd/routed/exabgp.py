@@ -102,8 +102,10 @@ class ExaBgpSpeaker:
         on_change: Callable[[], None] | None = None,
         log: logging.Logger | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stuck_after: float = STUCK_AFTER,
     ) -> None:
         self.cfg = cfg
+        self.stuck_after = stuck_after
         self.runtime_root = runtime_root
         self.on_change = on_change or (lambda: None)
         self.log = log or logging.getLogger("vipd.routed.exabgp")
@@ -320,9 +322,11 @@ class ExaBgpSpeaker:
                     self._send(codec.PING)
                 last_ping = now
             oldest = self._pending[0] if self._pending else None
-            if codec.stuck(now, oldest, STUCK_AFTER):
+            if codec.stuck(now, oldest, self.stuck_after):
                 self.kills += 1
-                self.log.warning("exabgp: a command unanswered for %.0f s: killed", STUCK_AFTER)
+                self.log.warning(
+                    "exabgp: a command unanswered for %.1f s: killed", self.stuck_after
+                )
                 return
             ready, _, _ = select.select([conn], [], [], 0.2)
             if not ready:
