@@ -11,6 +11,7 @@ node). Times are printed (run with ``-s``).
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -43,6 +44,11 @@ class BgpFabric(Fabric):
         """vipd's routes (protocol 248) on a node: the local table's (no table 198 here)."""
         ns = self.bed.node(name).ns
         return self.bed.exec(ns, ["ip", "route", "show", "table", "local", "proto", "248"]).stdout
+
+    def get(self, name: str, path: str) -> str:
+        """GET ``path`` from the node's vipd endpoint (:2112)."""
+        ns = self.bed.node(name).ns
+        return self.bed.exec(ns, ["curl", "-sf", f"http://127.0.0.1:2112{path}"]).stdout
 
     def rib_paths(self) -> set[str]:
         """The router's selected BGP next hops for the VIP (``show ip route json``)."""
@@ -94,6 +100,14 @@ def test_three_healthy_nodes_are_three_ecmp_paths(healthy: BgpFabric) -> None:
     assert answers == {"n1", "n2", "n3"}
     routes = healthy.vip_routes("n1")
     assert "local 10.79.0.100" in routes  # the AnyIP binding
+    scrape = healthy.get("n1", "/metrics")
+    assert 'vipd_bgp_session_up{peer="10.78.1.0"} 1.0' in scrape
+    assert "vipd_bgp_announced_prefixes 1.0" in scrape
+    status = json.loads(healthy.get("n1", "/status"))
+    assert status["routed"]["bgp"] == {
+        "sessions": {"10.78.1.0": True},
+        "announced": ["10.79.0.100/32"],
+    }
 
 
 def test_an_unhealthy_api_server_takes_its_path_out_and_back(healthy: BgpFabric) -> None:

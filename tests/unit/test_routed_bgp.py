@@ -128,7 +128,7 @@ def test_the_stop_withdraws_drains_then_unbinds_and_close_stops_gracefully() -> 
     assert sp.stopped is True and act.closed
 
 
-def test_a_dead_speaker_is_counted_and_its_prefixes_announced_again() -> None:
+def test_a_dead_speaker_is_counted_once_and_not_told_again() -> None:
     routes, _act, sp, log = make()
     before = sample("vipd_bgp_withdrawals_total", reason="speaker-died")
     routes.converge({VIP: Phase.ANNOUNCED})
@@ -141,11 +141,18 @@ def test_a_dead_speaker_is_counted_and_its_prefixes_announced_again() -> None:
     assert sample("vipd_bgp_session_up", peer=str(ROUTER)) == 0
     routes.publish()
     assert sample("vipd_bgp_withdrawals_total", reason="speaker-died") == before + 1  # once
-    sp.alive = True
-    sp.wanted.clear()  # a fresh child that was told nothing yet
     log.clear()
     routes.converge({VIP: Phase.ANNOUNCED})
-    assert log == [("announce", NET)]
+    assert log == []  # the driver replays to its next process, not the caller
+
+
+def test_a_withdrawal_while_the_speaker_is_dead_is_still_passed_on() -> None:
+    routes, _act, sp, log = make()
+    routes.converge({VIP: Phase.ANNOUNCED})
+    sp.alive = False
+    log.clear()
+    routes.withdraw_all([VIP], drain=0.0, sleep=lambda s: None)
+    assert ("withdraw", NET) in log and sp.wanted == set()
 
 
 def test_the_bfd_hooks_reach_the_speaker() -> None:

@@ -345,10 +345,23 @@ class RoutedElection:
                 "table": a.table,
                 "protocol": a.protocol,
                 "drain_s": a.drain,
+                **self._bgp_status(),
             },
             "master": None,
             "peers": [],
             "counters": {"transitions": self.transitions, "route_errors": self.errors},
+        }
+
+    def _bgp_status(self) -> dict[str, Any]:
+        """bgp mode: each router's session and what the speaker announces (no password)."""
+        speaker = getattr(self.routes, "speaker", None)
+        if not self.cfg.announce.speaker or speaker is None:
+            return {}
+        return {
+            "bgp": {
+                "sessions": {str(p): up for p, up in speaker.sessions().items()},
+                "announced": sorted(map(str, speaker.announced())),
+            }
         }
 
     def stopped_fields(self) -> dict[str, object]:

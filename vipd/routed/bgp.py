@@ -6,11 +6,12 @@ What it is
     ``converge(desired)`` takes the same phases (`vipd.routed.plan.Phase`) and keeps the same
     order: the bindings a VIP needs are added first (`RouteActuator`, the ``local`` table),
     then the speaker is told to announce or withdraw, then the bindings no longer needed
-    are removed. The announcement half of `vipd.routed.plan.plan` is worked out against the
-    speaker's ``announced()`` instead of a kernel table: a dead or restarted speaker shows
-    nothing announced, and the next converge says it again (the driver also replays what it
-    was told when its child comes back). Announcement routes of vipd's protocol left in
-    the kernel table by a routing-table run are removed (nothing exports them here).
+    are removed. The announcement half is worked out against what the speaker was told
+    (``told``), not against what it announces now: a speaker whose process died is not told
+    again (its driver replays everything it was told to the next process), and a
+    withdrawal during its death is still passed on, so a restart during a stop's drain
+    cannot bring a withdrawn prefix back. Announcement routes of vipd's protocol left in the
+    kernel table by a routing-table run are removed (nothing exports them here).
 
     ``withdraw_all`` is the stop sequence: every announcement withdrawn, the drain, the
     bindings removed; ``close`` then stops the speaker gracefully (its sessions closed with
@@ -53,6 +54,7 @@ class BgpRoutes:
         self.actuator = actuator
         self.speaker = speaker
         self.announced_before: frozenset[IPNetwork] = frozenset()
+        self.told: set[IPNetwork] = set()
         self._lock = threading.RLock()
 
     def converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]:
@@ -68,12 +70,13 @@ class BgpRoutes:
         self.actuator.apply(adds)
         sops: list[Op] = []
         with self._lock:
-            have = self.speaker.announced()
-            for dst in sorted(want - have, key=str):
+            for dst in sorted(want - self.told, key=str):
                 self.speaker.announce(dst)
+                self.told.add(dst)
                 sops.append(AddRoute(dst))
-            for dst in sorted(have - want, key=str):
+            for dst in sorted(self.told - want, key=str):
                 self.speaker.withdraw(dst)
+                self.told.discard(dst)
                 sops.append(DelRoute(dst))
             self.announced_before = self.speaker.announced()
         self.actuator.apply(rest)
