@@ -12,6 +12,7 @@ node). Times are printed (run with ``-s``).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -55,17 +56,21 @@ class BgpFabric(Fabric):
         by_addr = {n.addr: n.name for n in self.bed.nodes}
         return {by_addr.get(h, h) for h in self.bed.router_nexthops()}
 
-    def exabgp_running(self, name: str) -> bool:
+    def exabgp_pid(self, name: str) -> int | None:
+        """The node's ExaBGP process, if one runs."""
         ns = self.bed.node(name).ns
         out = self.bed.exec(ns, ["ip", "netns", "pids", ns], check=False).stdout.split()
         for pid in out:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     if b"exabgp\0server" in f.read():
-                        return True
+                        return int(pid)
             except OSError:
                 continue
-        return False
+        return None
+
+    def exabgp_running(self, name: str) -> bool:
+        return self.exabgp_pid(name) is not None
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +175,20 @@ def test_sigkill_drops_the_session_and_a_restart_reconciles(healthy: BgpFabric) 
     healthy.set_health("n3", "ok")
     back = wait_for("n3 back", lambda: "n3" in healthy.paths(), 15)
     print(f"n3 healthy -> back in {back:.2f} s ({time.monotonic() - killed:.1f} s in all)")
+
+
+def test_a_frozen_speaker_loses_its_path_at_the_hold_time_and_is_replaced(
+    healthy: BgpFabric,
+) -> None:
+    """ExaBGP stopped (SIGSTOP): no keepalive reaches the router, which drops the session at
+    the hold time; vipd sees its ping unanswered, kills the child and starts a new one."""
+    pid = healthy.exabgp_pid("n1")
+    assert pid is not None
+    frozen = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    gone = wait_for("n1's path leaves", lambda: "n1" not in healthy.rib_paths(), HOLD + 1)
+    print(f"ExaBGP frozen -> n1's path out at {gone:.2f} s (hold time {HOLD} s)")
+    wait_for("a new ExaBGP announces n1 again", lambda: "n1" in healthy.paths(), 40)
+    print(f"-> a new speaker and the path back {time.monotonic() - frozen:.2f} s after the freeze")
+    assert healthy.exabgp_pid("n1") not in (None, pid)
+    assert "exabgp: a command unanswered" in healthy.log("n1")
