@@ -22,7 +22,7 @@ import pytest
 from tests.netns.test_routed import VIP, ClientLoop, black_holed, connect, wait_for
 from tests.netns.test_routed_agent import DRAIN, FALL, HEALTH_PORT, INTERVAL, LEAVE_BOUND, Fabric
 from tests.prereq import missing
-from vipd.lab.routed import RoutedBed, frr_problem
+from vipd.lab.routed import ROUTER_AS, RoutedBed, frr_problem
 from vipd.routed.exabgp import exabgp_problem
 
 HOLD = 9
@@ -192,3 +192,41 @@ def test_a_frozen_speaker_loses_its_path_at_the_hold_time_and_is_replaced(
     print(f"-> a new speaker and the path back {time.monotonic() - frozen:.2f} s after the freeze")
     assert healthy.exabgp_pid("n1") not in (None, pid)
     assert "exabgp: a command unanswered" in healthy.log("n1")
+
+
+def test_an_md5_password_from_a_file_brings_the_session_up(healthy: BgpFabric) -> None:
+    """TCP MD5 (RFC 2385) with the router: the password only in a 0600 file, never in the
+    log, /status or the metrics; ExaBGP, without any capability, sets it on its socket."""
+    secret = "vipd-md5-" + os.urandom(4).hex()
+    node = healthy.bed.node("n1")
+    pw = healthy.dir / "n1.password"
+    pw.write_text(secret + "\n")
+    pw.chmod(0o600)
+    original = healthy.config(node).read_text()
+    bed = healthy.bed
+    router_cmd = f"neighbor {node.addr} password {secret}"
+    try:
+        bed._configure(bed.router, f"router bgp {ROUTER_AS}", router_cmd)
+        wait_for("n1's path leaves (no password yet)", lambda: "n1" not in healthy.paths(), 15)
+        proc = healthy.vipd["n1"]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        healthy.config(node).write_text(
+            original.replace(f"asn: {ROUTER_AS}}}", f"asn: {ROUTER_AS}, password_file: {pw}}}", 1)
+        )
+        assert "password_file" in healthy.config(node).read_text()
+        healthy.start("n1")
+        took = wait_for("n1's path is back with MD5", lambda: "n1" in healthy.paths(), 30)
+        print(f"MD5 session up and n1's path back {took:.2f} s after the start")
+        for text in (
+            healthy.log("n1"),
+            healthy.get("n1", "/status"),
+            healthy.get("n1", "/metrics"),
+        ):
+            assert secret not in text
+    finally:
+        bed._configure(bed.router, f"router bgp {ROUTER_AS}", f"no {router_cmd}")
+        healthy.config(node).write_text(original)
+        proc = healthy.vipd["n1"]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)

@@ -21,10 +21,10 @@ What it is
       relay's socket and the relay SIGKILLs ExaBGP (`vipd.routed.exabgp_relay`); the
       kernel then closes ExaBGP's TCP sessions and the router drops them at once (or after
       the hold time when the close is lost with the node). PR_SET_PDEATHSIG (prctl(2),
-      SIGKILL) covers the start, until ExaBGP drops its privileges to ``nobody``, which
-      clears it. Not a SIGTERM: ExaBGP 5.0.15's shutdown with its API process already gone
-      failed on a KeyError and the process stayed up with the session (seen on the bed of
-      tests/netns/test_bgp.py).
+      SIGKILL) is set too. Not a SIGTERM: ExaBGP 5.0.15's shutdown with its API process
+      already gone failed on a KeyError and the process stayed up with the session (seen on
+      the bed of tests/netns/test_bgp.py).
+    - The child keeps vipd's user and has no capability at all (`_ChildSetup`).
     - ``stop(graceful=True)``: SIGTERM; ExaBGP sends each peer a NOTIFICATION Cease (RFC 4271
       §6.7), closes the sessions and exits; waited for `GRACE` seconds, then SIGKILL.
       The router drops every route of a session on that NOTIFICATION, so once the child has
@@ -42,6 +42,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import pwd
 import select
 import shutil
 import signal
@@ -74,8 +75,23 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 _prctl = _libc.prctl
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec: no allocation
-    _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+class _ChildSetup:
+    """Between fork and exec (looked up in the parent, so the child only calls): every
+    capability dropped with vipd's own ids kept (`vipd.sandbox.Drop`: ExaBGP only connects
+    out, sets TCP_MD5SIG on its own sockets and reads its config, none of which needs one),
+    then PR_SET_PDEATHSIG. ExaBGP is told to run as vipd's own user
+    (``exabgp.daemon.user``): it refuses to keep root otherwise and switches to ``nobody``,
+    which a vipd confined to CAP_NET_ADMIN and CAP_NET_RAW (systemd/vipd.service, the pod)
+    cannot do, and a change of ids would clear the death signal."""
+
+    def __init__(self) -> None:
+        from vipd.sandbox import Drop, Identity
+
+        self._drop = Drop(Identity(os.getuid(), os.getgid()))
+
+    def __call__(self) -> None:
+        self._drop()
+        _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def exabgp_problem() -> str | None:
@@ -126,6 +142,7 @@ class ExaBgpSpeaker:
         self.kills = 0
         self.bad_lines = 0
         self.errors = 0  # commands ExaBGP answered with "error"
+        self._setup = _ChildSetup()
 
     # -- the Speaker protocol ----------------------------------------------------------
 
@@ -250,6 +267,7 @@ class ExaBgpSpeaker:
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "exabgp_daemon_daemonize": "false",
             "exabgp_daemon_drop": "false",
+            "exabgp_daemon_user": pwd.getpwuid(os.getuid()).pw_name,
             "exabgp_api_cli": "false",
             "exabgp_api_ack": "true",
             "exabgp_api_respawn": "false",
@@ -265,7 +283,7 @@ class ExaBgpSpeaker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=_die_with_parent,
+                preexec_fn=self._setup,
                 start_new_session=True,
             )
         finally:
