@@ -93,7 +93,13 @@ def healthy(fabric: BgpFabric) -> BgpFabric:
         fabric.set_health(node.name, "ok")
         if not fabric.running(node.name):
             fabric.start(node.name)
-    took = wait_for("three paths", lambda: fabric.paths() == {"n1", "n2", "n3"}, 30)
+    try:
+        took = wait_for("three paths", lambda: fabric.paths() == {"n1", "n2", "n3"}, 30)
+    except BaseException:
+        print(f"paths {fabric.paths()}, sessions {fabric.bed.sessions_up()}")
+        for node in fabric.bed.nodes:
+            print(f"--- {node.name}\n{fabric.log(node.name)[-1500:]}")
+        raise
     print(f"\nthree paths after {took:.2f} s")
     return fabric
 

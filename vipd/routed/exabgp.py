@@ -67,7 +67,10 @@ IPNetwork = IPv4Network | IPv6Network
 
 PING_EVERY = 2.0  # seconds between liveness probes
 STUCK_AFTER = 10.0  # seconds a command may stay unanswered before the child is killed
-CONNECT_WAIT = 15.0  # seconds for a new child's relay to connect
+# seconds for a new child's relay to connect: two Python start-ups (ExaBGP, then the relay),
+# 1-2 s measured at a load average of 20 on 2 cores; generous, since a broken config makes
+# ExaBGP exit by itself and only a hung start waits this long
+CONNECT_WAIT = 60.0
 GRACE = 5.0  # seconds for ExaBGP to close its sessions and exit on SIGTERM
 PR_SET_PDEATHSIG = 1
 
@@ -323,6 +326,7 @@ class ExaBgpSpeaker:
         return None
 
     def _serve(self, proc: subprocess.Popen[bytes], conn: socket.socket) -> None:
+        self.log.info("exabgp: started (pid %d), its API connected", proc.pid)
         with self._lock:
             self._conn = conn
             for prefix in sorted(self._wanted, key=str):
