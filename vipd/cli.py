@@ -85,7 +85,9 @@ def _check_offline(path: str | None) -> int:
     cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
     print(f"config {name}: valid (offline: host, wire and API not checked)")
     vips = ", ".join(map(str, cfg.vips))
-    how = "announce routing-table" if cfg.announce.routed else f"election {cfg.election.mode}"
+    how = (
+        f"announce {cfg.announce.mode}" if cfg.announce.routed else f"election {cfg.election.mode}"
+    )
     print(f"  VIP {vips}, {how}, endpoint {cfg.metrics.listen}")
     return 0
 
@@ -117,10 +119,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         a, h = cfg.announce, cfg.health
         assert h is not None  # the config requires it in this mode
         print(
-            f"  routing-table mode: table {a.table} protocol {a.protocol} drain {a.drain:g}s "
+            f"  {a.mode} mode: table {a.table} protocol {a.protocol} drain {a.drain:g}s "
             f"pool {a.pool}; health {h.path} on {h.local} port {h.port}, peers "
             f"{', '.join(map(str, h.peers)) or 'none (a lone node announces at once)'}"
         )
+        if a.speaker:
+            b = a.bgp
+            routers = ", ".join(
+                f"{p.address} AS{p.asn}" + (" md5" if p.password_file else "") for p in b.peers
+            )
+            print(
+                f"  bgp mode: AS{b.local_asn} router-id {b.router_id or 'the node address'} "
+                f"hold {b.hold_time}s; routers {routers} (password files checked)"
+            )
         for finding in pre.findings:
             print(f"  preflight: {finding}")
         return 0

@@ -1,6 +1,9 @@
-"""Routed fabrics: announcing the VIP through the node's own BGP speaker (routing-table mode).
+"""Routed fabrics: announcing the VIP with BGP, through the node's own routing daemon
+(routing-table mode) or vipd's embedded speaker (bgp mode).
 
-`plan` (pure: phases and the route plan), `ecmp` (pure: the announce-or-not pool rule) and
-`actuator` (the kernel routes, through pyroute2). Not wired into the agent yet: see
-docs/design/routed.md.
+`plan` (pure: phases and the route plan), `ecmp` (pure: the announce-or-not pool rule),
+`core` (pure: both over time), `actuator` (the kernel routes, through pyroute2), `backend`
+(the agent's backend for both modes); bgp mode adds `speaker` (the speaker port),
+`exabgp_codec` (pure), `exabgp` and `exabgp_relay` (ExaBGP as a child process) and `bgp`
+(bindings plus speaker behind the backend's `Routes` port). See docs/design/routed.md.
 """
