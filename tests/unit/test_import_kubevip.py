@@ -50,7 +50,7 @@ def body(text: str) -> str:
 
 
 def test_there_are_the_fixtures() -> None:
-    assert len(FIXTURES) == 5
+    assert len(FIXTURES) == 7
     for path in FIXTURES:
         assert f"kube-vip {KUBEVIP_VERSION}" in path.read_text().splitlines()[0]
 
@@ -101,10 +101,67 @@ def test_without_leader_election_there_is_nothing_to_carry_over() -> None:
     assert "vip_leaderelection is not true" in error
 
 
-def test_bgp_is_refused_without_arp() -> None:
+def test_bgp_mode_is_vipds_bgp_mode() -> None:
     result = convert("kube-vip-pod-bgp.yaml")
+    cfg = load(result)
+    assert cfg.announce.mode == "bgp" and cfg.election.mode != "lease"
+    bgp = cfg.announce.bgp
+    assert bgp.local_asn == 65000 and str(bgp.router_id) == "192.168.0.2"
+    assert [(str(p.address), p.asn, p.password_file) for p in bgp.peers] == [
+        ("192.168.0.10", 65000, None),
+        ("192.168.0.11", 65000, None),
+    ]
+    assert cfg.interface is None  # kube-vip's lo: vipd binds the VIP itself
+    assert cfg.health is not None and cfg.health.peers_from == ("endpointslices",)
+    assert {d.what.split("=")[0] for d in result.dropped} == {
+        "env vip_interface",
+        "env svc_enable",
+        "env svc_leasename",
+    }
+
+
+def test_a_bgp_peer_with_a_password_names_the_file_and_never_the_password() -> None:
+    result = convert("kube-vip-pod-bgp-peer.yaml")
+    cfg = load(result)
+    (peer,) = cfg.announce.bgp.peers
+    assert (str(peer.address), peer.asn) == ("192.168.0.1", 65001)
+    assert peer.password_file == "/etc/vipd/bgp-password-192.168.0.1"
+    (d,) = result.dropped
+    assert d.what == "BGP password of peer 192.168.0.1 (its value)"
+    assert "secret" not in result.yaml + d.line()
+    assert cfg.interface == "eth0"
+
+
+def test_routing_table_mode_is_vipds() -> None:
+    result = convert("kube-vip-pod-table.yaml")
+    cfg = load(result)
+    assert cfg.announce.mode == "routing-table" and not result.dropped
+    assert (cfg.announce.table, cfg.announce.protocol) == (198, 248)  # kube-vip's, vipd's too
+    text = edited("kube-vip-pod-table.yaml", vip_routingtableid="200", vip_routingprotocol="99")
+    cfg = load(kubevip.convert(text, "m.yaml"))
+    assert (cfg.announce.table, cfg.announce.protocol) == (200, 99)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"bgp_peers": "[fd00::1]:65001::true"}, "fd00::1: multihop"),
+        ({"bgp_peers": "router:65001::false"}, "'router' is not an IP address"),
+        ({"bgp_peers": "10.0.0.1:x::false"}, "not an integer"),
+        ({"bgp_peers": None}, "bgp_enable without a peer"),
+        ({"vip_leaderelection": "true"}, "announces from the Lease holder only"),
+    ],
+)
+def test_bgp_refusals(env: dict[str, str | None], message: str) -> None:
+    result = kubevip.convert(edited("kube-vip-pod-bgp.yaml", **env), "m.yaml")
     (error,) = result.errors
-    assert "vip_arp is not true" in error and "BGP" in error
+    assert message in error, error
+
+
+def test_without_arp_bgp_or_a_table_there_is_nothing_vipd_does() -> None:
+    text = edited("kube-vip-pod-bgp.yaml", bgp_enable="false")
+    (error,) = kubevip.convert(text, "m.yaml").errors
+    assert "neither bgp_enable nor vip_routingtable" in error
 
 
 def edited(name: str, **env: str | None) -> str:
@@ -122,13 +179,16 @@ def edited(name: str, **env: str | None) -> str:
     return yaml.safe_dump_all(docs)
 
 
+OFF = "kube-vip's BGP is off here (bgp_enable is not true): nothing to announce"
+
+
 def test_bgp_beside_arp_and_leader_election_is_dropped() -> None:
     text = edited("kube-vip-pod-arp-le.yaml", bgp_enable="true", bgp_as="65000")
     result = kubevip.convert(text, "m.yaml")
     load(result)
     assert {(d.what, d.why) for d in result.dropped} == {
-        ("env bgp_as=65000", "BGP is not in vipd yet"),
-        ("env bgp_enable=true", "BGP is not in vipd yet"),
+        ("env bgp_as=65000", OFF),
+        ("env bgp_enable=true", OFF),
     }
 
 
@@ -206,8 +266,8 @@ def test_the_cli(tmp_path: Path) -> None:
     assert len(out.stderr.splitlines()) == 2 and "svc_enable" in out.stderr
     assert run("check", "--offline", "-c", "-", stdin=out.stdout).returncode == 0
     out = run("import", "kube-vip", "-", stdin=(DATA / "kube-vip-pod-bgp.yaml").read_text())
-    assert (out.returncode, out.stdout) == (2, "")
-    assert "vip_arp is not true" in out.stderr
+    assert out.returncode == 4 and "mode: bgp" in out.stdout
+    assert run("check", "--offline", "-c", "-", stdin=out.stdout).returncode == 0
 
 
 def kube_vip_binary() -> str:

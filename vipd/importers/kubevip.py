@@ -13,7 +13,8 @@ What it is
     holds no control-plane VIP (``cp_enable`` off) or runs no election (without
     ``vip_leaderelection`` every node claims the VIP: the choice of vipd's election is the
     user's); a DNS name as the address; an environment variable kube-vip does not read.
-    Dropped (listed): BGP (not in vipd yet), Services of type LoadBalancer, kube-vip's IPVS
+    kube-vip's BGP and routing-table modes map onto vipd's (`vipd.importers.kvrouted`).
+    Dropped (listed): Services of type LoadBalancer, kube-vip's IPVS
     (vipd's needs the control-plane nodes' addresses, which the manifest does not have), and
     the rest of kube-vip's own settings.
 
@@ -24,12 +25,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import yaml
 
-from vipd.importers import Dropped, Imported
+from vipd.importers import Dropped, Imported, kvrouted
 from vipd.importers.render import Doc, finish
 
 __all__ = ["KNOWN", "convert"]
@@ -175,10 +176,17 @@ def _convert(text: str, name: str, dropped: list[Dropped]) -> Doc:
         out.set("interface", value, f"env vip_interface ({at})")
 
     arp = _true(env.pop("vip_arp", "false"))
+    if not arp and (_true(env.get("bgp_enable", "")) or _true(env.get("vip_routingtable", ""))):
+        try:
+            kvrouted.routed(env, where, out, dropped, used)
+        except kvrouted.RoutedRefused as e:
+            raise _Refuse(f"{name}: {e}" if str(e).startswith("bgp_enable") else str(e)) from None
+        _tail(env, where, out, used, drop)
+        return out
     if not arp:
         raise _Refuse(
-            f"{name}: vip_arp is not true: kube-vip moves the VIP without ARP here (BGP, "
-            "routing table or WireGuard mode), which vipd does not do"
+            f"{name}: vip_arp is not true and neither bgp_enable nor vip_routingtable is: "
+            "kube-vip moves the VIP another way here (WireGuard mode), which vipd does not do"
         )
     if not _true(env.get("vip_leaderelection", "false")):
         raise _Refuse(
@@ -190,7 +198,7 @@ def _convert(text: str, name: str, dropped: list[Dropped]) -> Doc:
     for k in [k for k, v in env.items() if v.strip().lower() == "false"]:
         used(k)  # a feature kube-vip has off: nothing to carry over
     for k in sorted(k for k in env if k.startswith(("bgp_", "zebra_", "mpbgp_"))):
-        drop(k, "BGP is not in vipd yet")
+        drop(k, "kube-vip's BGP is off here (bgp_enable is not true): nothing to announce")
     out.set("election.mode", "lease", f"env vip_leaderelection ({where['vip_leaderelection']})")
     if "vip_leasename" in env:
         lease, at = used("vip_leasename")
@@ -214,7 +222,18 @@ def _convert(text: str, name: str, dropped: list[Dropped]) -> Doc:
             if isinstance(number, float) and number.is_integer():
                 number = int(number)
             out.set(f"election.lease.{key}", number, f"env {env_key} ({at})")
+    _tail(env, where, out, used, drop)
+    return out
 
+
+def _tail(
+    env: dict[str, str],
+    where: dict[str, str],
+    out: Doc,
+    used: Callable[[str], tuple[str, str]],
+    drop: Callable[[str, str], None],
+) -> None:
+    """What every mode shares: the subnet, port, metrics, Services, IPVS, the rest dropped."""
     for k in ("vip_subnet", "vip_cidr"):
         if k in env:
             value, at = env[k], where[k]
@@ -250,4 +269,3 @@ def _convert(text: str, name: str, dropped: list[Dropped]) -> Doc:
             drop(k, _LB_WHY)
     for k in sorted(env):
         drop(k, "a kube-vip setting with no vipd equivalent")
-    return out

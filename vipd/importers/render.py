@@ -60,9 +60,13 @@ class Doc:
             self.notes[path] = note
 
     def append(self, key: str, item: Mapping[str, object], note: str = "") -> None:
-        """One mapping appended to the list at ``key`` (``track``)."""
-        items = self.tree.setdefault(key, [])
-        self.notes[(key, str(len(items)))] = note
+        """One mapping appended to the list at ``key`` (``track``, ``announce.bgp.peers``)."""
+        path = tuple(key.split("."))
+        node = self.tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        items = node.setdefault(path[-1], [])
+        self.notes[(*path, str(len(items)))] = note
         items.append(dict(item))
 
     def has(self, key: str) -> bool:
