@@ -166,6 +166,7 @@ PURE_IMPORTERS = [
     "importers/kavalues.py",
     "importers/keepalived.py",
     "importers/kubevip.py",
+    "importers/kvrouted.py",
     "importers/render.py",
 ]
 
