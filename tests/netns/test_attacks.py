@@ -228,6 +228,25 @@ def test_one_forged_multicast_advert_costs_at_most_one_clamped_down_interval(
         assert lab.holders(spec.vip) == ["n1"]
 
 
+def test_owner_adverts_once_a_second_for_9_s_move_nothing(make_lab: Callable[..., Lab]) -> None:
+    """The second row: a priority-255 advert (the default interval) every second for 9 s.
+    On the unhardened driver each one made the master step down (12.4 s without a holder in
+    all) and was logged at info level, counted nowhere; here each is invalid{owner}."""
+    spec = VrrpSpec(vip=VIP4, advert_interval=INTERVAL)
+    lab = cluster(make_lab, spec)
+    group = str(GROUP_V4)
+    with HolderWatch(lab, spec.vip) as watch:
+        before = {n.name: invalid_counts(lab, n.ns) for n in lab.nodes}
+        t0 = time.monotonic()
+        jobs = [(group, forged(255, 100, CLIENT4, group))] * 9
+        attack(lab, "multicast", CLIENT4, 255, jobs, gap=1.0)
+        time.sleep(1.0)
+        tl = watch.timeline()
+        assert tl.changes_between(t0, time.monotonic()) == [], tl.changes
+        assert lab.holders(spec.vip) == ["n1"]
+        assert counted(lab, before, "owner") == {"n1": 9, "n2": 9, "n3": 9}
+
+
 def test_spoofed_unicast_peer_with_ttl_7_is_dropped(make_lab: Callable[..., Lab]) -> None:
     spec = VrrpSpec(vip=VIP4, advert_interval=INTERVAL, unicast=True)
     lab = cluster(make_lab, spec)
