@@ -23,6 +23,7 @@ Times are printed (run with ``-s``): measurements. The assertions are the protoc
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -273,3 +274,19 @@ def test_an_admin_down_from_the_router_keeps_the_path(healthy: BfdFabric) -> Non
     )
     print(f"no shutdown -> vipd's session up again after {back:.2f} s")
     assert "n1" in healthy.paths()
+
+
+def test_sigterm_stops_the_speaker_and_bfd_together(healthy: BfdFabric) -> None:
+    """A stop: withdraw, the drain, ExaBGP's Cease, then BFD's AdminDown; vipd exits 0 and
+    the router has neither the session nor the BFD session Up."""
+    node = healthy.bed.node("n2")
+    proc = healthy.vipd["n2"]
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=15)
+    print(f"SIGTERM -> vipd gone in {time.monotonic() - sent:.2f} s (drain {DRAIN} s)")
+    assert proc.returncode == 0, healthy.log("n2")[-2000:]
+    assert "n2" not in healthy.paths()
+    assert node.addr not in healthy.bed.sessions_up()
+    assert not healthy.exabgp_running("n2")
+    wait_for("the router's BFD for n2 down", lambda: healthy.router_bfd()[node.addr] != "up", 5)
