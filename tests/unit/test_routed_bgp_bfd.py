@@ -74,3 +74,12 @@ def test_the_source_is_the_nodes_address_on_the_peers_subnet() -> None:
     assert local_for(ip_address("10.78.1.0"), addrs) == "10.78.1.1"
     assert local_for(IPv6Address("fd00:78:1::"), addrs) == "fd00:78:1::1"
     assert local_for(ip_address("192.0.2.1"), addrs) is None
+
+
+def test_the_section_is_announce_bgp_bfd() -> None:
+    from tests.unit.test_config_bgp import error_of, parse, with_bgp
+
+    assert parse(with_bgp()).announce.bgp.bfd == Bfd()
+    cfg = parse(with_bgp(bfd={"enabled": True, "min_tx_ms": 300, "multiplier": 5}))
+    assert cfg.announce.bgp.bfd == Bfd(enabled=True, min_tx_ms=300, multiplier=5)
+    assert "announce.bgp.bfd.min_rx_ms" in error_of(with_bgp(bfd={"min_rx_ms": 10}))
