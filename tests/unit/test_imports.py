@@ -225,6 +225,7 @@ FLOORS = {
     "vipd.bfd.packet": "core",
     "vipd.bfd.session": "core",
     "vipd.routed.bgp": "drivers",
+    "vipd.routed.bgp_bfd": "drivers",
     "vipd.routed.exabgp": "host",
     "vipd.routed.exabgp_relay": "host",
     "vipd.routed.bgp_password": "host",

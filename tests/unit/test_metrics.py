@@ -14,21 +14,31 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from tests.prereq import promtool
 from vipd import metrics
+from vipd.bfd.metrics import BfdMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reference" / "metrics.md"
 NAME = re.compile(r"vipd_[a-z][a-z0-9_]*")
 
 
+def bfd_registry() -> CollectorRegistry:
+    """BFD's families, which the agent registers only when it runs BFD (bgp mode)."""
+    registry = CollectorRegistry()
+    BfdMetrics(registry)
+    return registry
+
+
 def vipd_families() -> list[tuple[str, str, str]]:
-    """(name, type, help) of every vipd_ metric family on the registry."""
+    """(name, type, help) of every vipd_ metric family on the registry, and BFD's."""
     return [
         (family_name(fam.name, fam.type), fam.type, fam.documentation)
-        for fam in metrics.REGISTRY.collect()
+        for registry in (metrics.REGISTRY, bfd_registry())
+        for fam in registry.collect()
         if fam.name.startswith("vipd_")
     ]
 

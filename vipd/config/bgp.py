@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
+from vipd.config.bfd import Bfd
 from vipd.config.rules import ip_literal
 from vipd.config.schema import Check, read, spec
 
@@ -147,6 +148,8 @@ class Bgp:
     peers: tuple[BgpPeer, ...] = field(
         default=(), metadata=spec(read_peers, section=BgpPeer, many=True, then=_families)
     )
+    # BFD with every peer, in vipd's own process (docs/design/bfd.md)
+    bfd: Bfd = field(default=Bfd(), metadata=spec(section=Bfd))
 
 
 def require(c: Check, bgp: Bgp) -> None:

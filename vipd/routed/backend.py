@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from ipaddress import IPv4Address
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from vipd import log as vlog
 from vipd import metrics
@@ -49,6 +49,9 @@ from vipd.routed.core import Inputs, State, advance
 from vipd.routed.plan import Op, Phase
 from vipd.routed.speaker import Peer, SpeakerConfig
 from vipd.track import Adjustment
+
+if TYPE_CHECKING:
+    from vipd.routed.bgp_bfd import BfdRoutes, BgpBfd
 
 __all__ = ["RESYNC", "RoutedElection", "Routes"]
 
@@ -132,6 +135,7 @@ class RoutedElection:
         self._open_routes = open_routes or (lambda c: _open_routes(c, self.pre))
         self.log = vlog.get()
         self.routes: Routes | None = None
+        self.bfd: BgpBfd | None = None
         self.health: HealthChecker | None = None
         self.state = State()
         self._lock = threading.Lock()
@@ -177,6 +181,7 @@ class RoutedElection:
         """Open the routes and remove whatever a predecessor left (no VIP is wanted yet)."""
         self.routes = await asyncio.to_thread(self._open_routes, self.cfg)
         removed = await asyncio.to_thread(self._converge, {})
+        self._open_bfd()
         if removed:
             vlog.event(
                 self.log,
@@ -186,6 +191,18 @@ class RoutedElection:
             )
         link = self.pre.link
         return VipLink(link.name, link.index, link.mac)
+
+    def _open_bfd(self) -> None:
+        """bgp mode with ``announce.bgp.bfd.enabled``: a BFD session per BGP peer, in this
+        process and on this loop (`vipd.routed.bgp_bfd`), so BFD dies with vipd."""
+        a = self.cfg.announce
+        if not (a.speaker and a.bgp.bfd.enabled) or self.bfd is not None:
+            return
+        from vipd.routed.bgp_bfd import BgpBfd
+
+        self.bfd = BgpBfd(a.bgp.bfd, cast("BfdRoutes", self.routes))
+        link = self.pre.link
+        self.bfd.open((p.address for p in a.bgp.peers), link.addresses, link.name)
 
     def attach(self, host: Host) -> None:
         self.health = host.health
@@ -321,9 +338,15 @@ class RoutedElection:
             self.routes.withdraw_all(self.vips, self.cfg.announce.drain)
 
     async def close(self) -> None:
-        if self.routes is not None:
-            routes, self.routes = self.routes, None
-            await asyncio.to_thread(routes.close)
+        # The speaker's sessions end with a Cease first; BFD's AdminDown after them.
+        try:
+            if self.routes is not None:
+                routes, self.routes = self.routes, None
+                await asyncio.to_thread(routes.close)
+        finally:
+            if self.bfd is not None:
+                bfd, self.bfd = self.bfd, None
+                bfd.close()
 
     # -- observability -------------------------------------------------------------------
 
