@@ -6,6 +6,7 @@ Run as root from the repository root, with the older tree checked out and set up
     git worktree add /tmp/before f36db3d && (cd /tmp/before && scripts/setup)
     .venv/bin/python bench/before_after.py --before /tmp/before [--rounds 4] [--blocks 2]
                                            [--parts failover footprint gaps]
+                                           [--adverts 1 0.1 0.01] [--faults kill term]
                                            [--out bench/results] [--name before-after]
 
 What it does, one part after the other:
@@ -80,11 +81,13 @@ def _stats(xs: Sequence[float]) -> dict[str, float] | None:
 # -- failover -----------------------------------------------------------------------------------
 
 
-def failover_run(tree: Path, out: Path, rounds: int) -> dict[str, Any]:
+def failover_run(
+    tree: Path, out: Path, rounds: int, adverts: Sequence[float], faults: Sequence[str]
+) -> dict[str, Any]:
     argv = [
         str(tree / ".venv" / "bin" / "python"), "bench/failover.py",
         "--rounds", str(rounds), "--blocks", "1",
-        "--adverts", *(f"{a:g}" for a in ADVERTS), "--faults", *FAULTS,
+        "--adverts", *(f"{a:g}" for a in adverts), "--faults", *faults,
         "--probe-interval", "0.0005", "--client-realtime", "--steady-seconds", "0",
         "--out", str(out),
     ]  # fmt: skip
@@ -98,11 +101,15 @@ def failover_run(tree: Path, out: Path, rounds: int) -> dict[str, Any]:
     return doc
 
 
-def pool_failover(docs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def pool_failover(
+    docs: dict[str, list[dict[str, Any]]],
+    adverts: Sequence[float] = ADVERTS,
+    faults: Sequence[str] = FAULTS,
+) -> list[dict[str, Any]]:
     """Rounds of every run of a tree pooled per (daemon, advert, fault)."""
     rows: list[dict[str, Any]] = []
-    for advert in ADVERTS:
-        for fault in FAULTS:
+    for advert in adverts:
+        for fault in faults:
             row: dict[str, Any] = {"advert": advert, "fault": fault}
             for label, runs in docs.items():
                 for daemon in ("vipd", "keepalived"):
@@ -294,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         "--parts", nargs="+", choices=("failover", "footprint", "gaps"),
         default=["failover", "footprint", "gaps"],
     )  # fmt: skip
+    ap.add_argument("--adverts", type=float, nargs="+", default=list(ADVERTS))
+    ap.add_argument("--faults", nargs="+", choices=FAULTS, default=list(FAULTS))
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--name", default="before-after")
     ap.add_argument("--keep", action="store_true", help="keep the failover runs' raw files")
@@ -337,10 +346,10 @@ def main(argv: list[str] | None = None) -> int:
             for label in order:
                 _log(f"failover, {label}, run {b + 1}/{args.blocks}")
                 out = tmp / f"{label}-{b}"
-                d = failover_run(trees[label], out, args.rounds)
+                d = failover_run(trees[label], out, args.rounds, args.adverts, args.faults)
                 runs[label].append(d)
                 exits.append({"tree": label, "run": b, "exit": d["_exit"], "s": d["_seconds"]})
-        doc["failover"] = pool_failover(runs)
+        doc["failover"] = pool_failover(runs, args.adverts, args.faults)
         doc["failover_runs"] = exits
         save()
         if not args.keep:
