@@ -4,14 +4,16 @@ endpoint is read.
 Run as root from the repository root::
 
     .venv/bin/python bench/advert_gaps.py [--base PATH] [--seconds 30] [--rounds 2]
-                                          [--load 4] [--scrape-hz 100] [--out bench/results]
+                                          [--load 4] [--scrape-hz 100] [--advert 0.01]
+                                          [--out bench/results] [--name advert_gaps]
 
-What it does: a 3-node lab (VRRPv3 multicast, advert 0.01 s, priorities 200/150/100) runs the
-daemon until n1 leads; then ``--load`` busy loops at ordinary priority keep the cores busy and
-a client reads n1's ``/metrics`` and ``/status`` (vipd only) up to ``--scrape-hz`` times a
-second, while a raw socket in n3's namespace records every VRRP advert with its kernel
-receive time (``SO_TIMESTAMPNS``) for ``--seconds``. From n1's adverts it takes the gaps
-between consecutive ones; an advert from any other node means a backup took over.
+What it does: a 3-node lab (VRRPv3 multicast, advert ``--advert``, 0.01 s by default,
+priorities 200/150/100) runs the daemon until n1 leads; then ``--load`` busy loops at
+ordinary priority keep the cores busy and a client reads n1's ``/metrics`` and ``/status``
+(vipd only) up to ``--scrape-hz`` times a second, while a raw socket in n3's namespace
+records every VRRP advert with its kernel receive time (``SO_TIMESTAMPNS``) for
+``--seconds``. From n1's adverts it takes the gaps between consecutive ones; an advert from
+any other node means a backup took over.
 
 Why: below 0.1 s vipd runs SCHED_RR, so busy loops at ordinary priority cannot delay its
 adverts, unless a thread of vipd's that is not real-time holds what the real-time ones need:
@@ -21,8 +23,8 @@ intervals and a skew lets a backup take the VIP.
 Variants, interleaved ``--rounds`` times so drift hits all alike: ``base`` (another checkout,
 ``--base``, if given), ``vipd`` (this tree), and ``keepalived`` (Debian's, same load, nothing
 to read: its one thread is real-time). It writes ``advert_gaps.json`` (every round) and
-``advert_gaps.md`` (medians over rounds) into ``--out``. No thresholds: the numbers go to
-docs/benchmarks.md.
+``advert_gaps.md`` (medians over rounds) into ``--out`` (``--name`` names them). No
+thresholds: the numbers go to docs/benchmarks.md.
 
 What it must not do: leave a busy loop, a lab or a daemon behind, or judge.
 """
@@ -49,7 +51,7 @@ from typing import Any
 from vipd.lab.nsthread import join_netns
 
 ROOT = Path(__file__).resolve().parents[1]
-INTERVAL = 0.01
+INTERVAL = 0.01  # the default advert interval (--advert)
 VRRP_GROUP = "224.0.0.18"
 VRRP_PROTO = 112
 SO_TIMESTAMPNS = 35
@@ -103,7 +105,9 @@ def _percentile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
-def measure(kind: str, seconds: float, load: int, scrape_hz: float) -> dict[str, Any]:
+def measure(
+    kind: str, seconds: float, load: int, scrape_hz: float, interval: float = INTERVAL
+) -> dict[str, Any]:
     """One lab run of ``kind`` (vipd: the one importable here, PYTHONPATH decides)."""
     from vipd.lab.daemons import VrrpSpec, make_fleet
     from vipd.lab.topology import VIP4, Lab
@@ -112,12 +116,12 @@ def measure(kind: str, seconds: float, load: int, scrape_hz: float) -> dict[str,
         fleet = make_fleet(
             "vipd" if kind == "vipd" else "keepalived",
             lab,
-            VrrpSpec(vip=VIP4, advert_interval=INTERVAL),
+            VrrpSpec(vip=VIP4, advert_interval=interval),
         )
         fleet.start_all()
         hogs: list[subprocess.Popen[bytes]] = []
         try:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 20 + 4 * interval
             while lab.holders(VIP4) != ["n1"] and time.monotonic() < deadline:
                 time.sleep(0.05)
             if lab.holders(VIP4) != ["n1"]:
@@ -161,8 +165,9 @@ def measure(kind: str, seconds: float, load: int, scrape_hz: float) -> dict[str,
         "gap_p99_ms": round(_percentile(gaps_ms, 0.99), 3),
         "gap_p999_ms": round(_percentile(gaps_ms, 0.999), 3),
         "gap_max_ms": round(max(gaps_ms), 3),
-        "gaps_over_2_intervals": sum(1 for g in gaps_ms if g > 2000 * INTERVAL),
-        "gaps_over_3_intervals": sum(1 for g in gaps_ms if g > 3000 * INTERVAL),
+        "advert": interval,
+        "gaps_over_2_intervals": sum(1 for g in gaps_ms if g > 2000 * interval),
+        "gaps_over_3_intervals": sum(1 for g in gaps_ms if g > 3000 * interval),
         "scrapes_per_s": round(counts[0] / seconds, 1),
         "scrape_errors": counts[1],
         "holders_after": holders,
@@ -170,11 +175,11 @@ def measure(kind: str, seconds: float, load: int, scrape_hz: float) -> dict[str,
 
 
 def run_variant(
-    kind: str, tree: Path, seconds: float, load: int, scrape_hz: float
+    kind: str, tree: Path, seconds: float, load: int, scrape_hz: float, interval: float = INTERVAL
 ) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(tree))
     cmd = [sys.executable, __file__, "--measure", kind, "--seconds", str(seconds)]
-    cmd += ["--load", str(load), "--scrape-hz", str(scrape_hz)]
+    cmd += ["--load", str(load), "--scrape-hz", str(scrape_hz), "--advert", str(interval)]
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{kind} in {tree} failed:\n{out.stdout}\n{out.stderr}")
@@ -216,13 +221,17 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--load", type=int, default=4, help="busy loops at ordinary priority")
     p.add_argument("--scrape-hz", type=float, default=100.0)
+    p.add_argument("--advert", type=float, default=INTERVAL, help="advert interval s (0.01)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--name", default="advert_gaps", help="output file stem (advert_gaps)")
     p.add_argument("--measure", choices=("vipd", "keepalived"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.seconds <= 0 or args.rounds < 1 or args.load < 0 or args.scrape_hz < 0:
         p.error("--seconds and --rounds must be positive, --load and --scrape-hz ≥ 0")
     if args.measure is not None:
-        print(json.dumps(measure(args.measure, args.seconds, args.load, args.scrape_hz)))
+        print(
+            json.dumps(measure(args.measure, args.seconds, args.load, args.scrape_hz, args.advert))
+        )
         return 0
     variants: list[tuple[str, str, Path]] = []
     if args.base is not None:
@@ -231,7 +240,7 @@ def main() -> int:
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in variants}
     for i in range(args.rounds):
         for name, kind, tree in variants:
-            r = run_variant(kind, tree, args.seconds, args.load, args.scrape_hz)
+            r = run_variant(kind, tree, args.seconds, args.load, args.scrape_hz, args.advert)
             results[name].append(r)
             print(f"round {i + 1} {name}: {r}", file=sys.stderr)
     head = _head(ROOT)
@@ -244,15 +253,16 @@ def main() -> int:
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
         "seconds": args.seconds,
+        "advert": args.advert,
         "load": args.load,
         "scrape_hz": args.scrape_hz,
         "results": results,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "advert_gaps.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     md = (
-        f"Master's adverts at 0.01 s seen from n3, 3 nodes, {args.load} busy loops at ordinary "
-        f"priority on {os.cpu_count()} CPUs, n1's /metrics and /status read up to "
+        f"Master's adverts at {args.advert:g} s seen from n3, 3 nodes, {args.load} busy loops "
+        f"at ordinary priority on {os.cpu_count()} CPUs, n1's /metrics and /status read up to "
         f"{args.scrape_hz:g} times a second (vipd), {args.seconds:g} s per round, "
         f"{args.rounds} interleaved rounds; medians over rounds, counts summed "
         f"(HEAD {head[:10]}"
@@ -260,7 +270,7 @@ def main() -> int:
         + ")\n\n"
         + table(results)
     )
-    (args.out / "advert_gaps.md").write_text(md)
+    (args.out / f"{args.name}.md").write_text(md)
     print(md)
     return 0
 

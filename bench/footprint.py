@@ -485,27 +485,67 @@ def snapshot(tree: Path, root: Path) -> None:
         raise SystemExit(f"footprint: byte-compiling {root} failed")
 
 
-# What a development venv has and an installed vipd's does not (the image uninstalls pip and
-# setuptools): the editable install's import hook, setuptools' distutils shim and their
-# start-up .pth files, and vipd's own metadata (vipd runs from the snapshot).
-_DEV_ONLY = ("__editable__", "_distutils_hack", "distutils-precedence", "pip", "setuptools",
-             "pkg_resources", "vipd")  # fmt: skip
+def runtime_closure() -> set[str]:
+    """Normalised names of the distributions an installed vipd has: ``[project]
+    dependencies`` of pyproject.toml (the image installs exactly those, ``Containerfile``)
+    and theirs, recursively, without extras, markers evaluated here."""
+    import importlib.metadata as md
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    def norm(name: str) -> str:
+        return name.lower().replace("-", "_").replace(".", "_")
+
+    todo = list(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+    seen: set[str] = set()
+    while todo:
+        req = Requirement(todo.pop())
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        name = norm(req.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            todo.extend(md.requires(req.name) or [])
+        except md.PackageNotFoundError:
+            continue  # an optional platform dependency that is not installed here
+    return seen
+
+
+def runtime_entries(here: Path) -> set[str]:
+    """The top-level names in ``here`` (site-packages) that the distributions of
+    ``runtime_closure`` installed: their packages, modules, extensions and metadata."""
+    import importlib.metadata as md
+
+    wanted = runtime_closure()
+    names: set[str] = set()
+    for dist in md.distributions(path=[str(here)]):
+        name = (dist.metadata["Name"] or "").lower().replace("-", "_").replace(".", "_")
+        if name not in wanted:
+            continue
+        for f in dist.files or []:
+            top = f.parts[0]
+            if top not in ("..", "", "__pycache__") and not top.endswith(".pth"):
+                names.add(top)
+    return names
 
 
 def installed_python(tmp: Path) -> Path:
-    """A venv laid out as vipd is installed (the image: a venv with vipd's dependencies and
-    no start-up hooks): this venv's packages linked in, without ``_DEV_ONLY`` and without
-    any ``.pth`` file. Every interpreter start in the dev venv runs the editable install's
-    hook first (pathlib, re, urllib.parse: ~30 ms and ~1 MiB), which a user's vipd never
-    pays, so the daemons run on this one."""
+    """A venv laid out as vipd is installed (the image: a venv with vipd's runtime
+    dependencies only, no start-up hooks): those distributions of this venv linked in
+    (``runtime_entries``), nothing else. The development venv has more that vipd would load
+    if it were there: the editable install's import hook runs at every interpreter start
+    (pathlib, re, urllib.parse: ~30 ms and ~1 MiB), and ``kubernetes.dynamic`` imports the
+    test-only ``kubernetes_validate`` when it is installed (jsonschema with it: ~4 MiB)."""
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     here = Path(sysconfig.get_paths()["purelib"])
     there = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
-    for entry in here.iterdir():
-        if entry.suffix == ".pth" or entry.name.startswith(_DEV_ONLY):
-            continue
-        (there / entry.name).symlink_to(entry)
+    for name in sorted(runtime_entries(here)):
+        if (here / name).exists():
+            (there / name).symlink_to(here / name)
     return venv / "bin" / "python"
 
 

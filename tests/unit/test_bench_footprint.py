@@ -109,8 +109,9 @@ def test_the_daemons_interpreter_has_the_dependencies_and_none_of_the_dev_hooks(
 ) -> None:
     python = footprint.installed_python(tmp_path)
     probe = (
-        "import sys, yaml, uvloop; "
-        "print(sorted(m for m in sys.modules if 'editable' in m or 'distutils' in m))"
+        "import sys, yaml, uvloop, kubernetes; "
+        "print(sorted(m for m in sys.modules if 'editable' in m or 'distutils' in m "
+        "or m.startswith(('kubernetes_validate', 'jsonschema', 'pytest'))))"
     )
     out = subprocess.run(
         [str(python), "-c", probe], capture_output=True, text=True, check=True, env={}
@@ -121,3 +122,7 @@ def test_the_daemons_interpreter_has_the_dependencies_and_none_of_the_dev_hooks(
     names = {p.name for p in site[0].iterdir()}
     assert not any(n.endswith(".pth") for n in names)
     assert not any(n.startswith(("pip", "setuptools", "vipd", "__editable__")) for n in names)
+    # Test tools are not vipd's: kubernetes.dynamic would import kubernetes_validate if it
+    # were there (jsonschema and its kin: MiBs an installed vipd does not have).
+    assert not any(n.startswith(("pytest", "kubernetes_validate", "jsonschema")) for n in names)
+    assert "pydantic" in names and "kubernetes" in names
