@@ -41,10 +41,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 from vipd.lab.topology import IP, LabError, _run, check_prefix, delete_namespaces, netns_list
 from vipd.routed.plan import DEFAULT_PROTOCOL
@@ -182,11 +183,21 @@ def cleanup(prefix: str) -> list[str]:
 class RoutedBed:
     """Router, nodes and client in namespaces, each with FRR running; a context manager."""
 
-    def __init__(self, nodes: int = 3, prefix: str | None = None, vip: str = VIP) -> None:
+    def __init__(
+        self,
+        nodes: int = 3,
+        prefix: str | None = None,
+        vip: str = VIP,
+        *,
+        frr_nodes: bool = True,
+    ) -> None:
+        """``frr_nodes=False``: the nodes run no routing daemon (a BGP speaker inside the
+        agent peers with the router instead); the build then waits for no session."""
         if not 1 <= nodes <= 8:
             raise ValueError(f"a routed bed has 1-8 nodes (got {nodes})")
         self.prefix = check_prefix(prefix or new_prefix())
         self.vip = vip
+        self.frr_nodes = frr_nodes
         self.router = f"{self.prefix}-r"
         self.client = f"{self.prefix}-c"
         self.nodes = [
@@ -195,7 +206,7 @@ class RoutedBed:
         ]
         self.workdir = Path(tempfile.mkdtemp(prefix=f"vipd-routed-{self.prefix}-"))
         self.workdir.chmod(0o755)  # the daemons drop to user frr and must reach their dirs
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[Any]] = []
 
     def __enter__(self) -> RoutedBed:
         try:
@@ -224,9 +235,17 @@ class RoutedBed:
         raise KeyError(name)
 
     def exec(
-        self, ns: str, argv: list[str], *, check: bool = True, timeout: float = 30.0
+        self,
+        ns: str,
+        argv: list[str],
+        *,
+        check: bool = True,
+        timeout: float = 30.0,
+        input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        return _run([IP, "netns", "exec", ns, *argv], check=check, timeout=timeout)
+        return _run(
+            [IP, "netns", "exec", ns, *argv], check=check, timeout=timeout, input_text=input_text
+        )
 
     def build(self) -> None:
         """Namespaces, links, addresses, sysctls; then FRR everywhere; then wait for BGP."""
@@ -282,10 +301,42 @@ class RoutedBed:
             _run([IP, "-n", node.ns, "link", "set", "eth0", "up"])
             _run([IP, "-n", node.ns, "route", "add", "default", "via", node.router_addr])
         self._start_frr(r, _router_conf(self.nodes))
+        if not self.frr_nodes:
+            return
         for node in self.nodes:
             self._start_frr(node.ns, _node_conf(node, self.vip))
         self.wait_sessions()
         self.bind_bfd()
+
+    @property
+    def client_ns(self) -> str:
+        """The client's namespace (the name `vipd.lab.prober.Prober` looks for)."""
+        return self.client
+
+    def spawn(
+        self,
+        ns: str,
+        argv: Sequence[str],
+        *,
+        stdin: int | IO[Any] | None = None,
+        stdout: int | IO[Any] | None = None,
+        stderr: int | IO[Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        text: bool = False,
+    ) -> subprocess.Popen[Any]:
+        """Start ``argv`` in ``ns`` in the background, in its own session; the teardown
+        kills it (as `vipd.lab.topology.Lab.spawn` does)."""
+        proc: subprocess.Popen[Any] = subprocess.Popen(
+            [IP, "netns", "exec", ns, *argv],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=dict(env) if env is not None else None,
+            text=text,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
 
     def _start_frr(self, ns: str, confs: dict[str, list[str]]) -> None:
         """zebra, bfdd, bgpd in ``ns``, each reading its own config file at start.
