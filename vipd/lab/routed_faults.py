@@ -114,14 +114,22 @@ def node_side(announce: str) -> NodeSide:
 class Fabric:
     """The bed's nodes with their responders and vipd processes."""
 
-    def __init__(self, bed: RoutedBed, side: NodeSide, port: int = 6443) -> None:
+    def __init__(
+        self,
+        bed: RoutedBed,
+        side: NodeSide,
+        port: int = 6443,
+        *,
+        cert: tuple[Path, Path] | None = None,
+    ) -> None:
+        """``cert``: the stand-in API servers' certificate and key (default: self-signed)."""
         self.bed = bed
         self.side = side
         self.port = port
         self.dir = bed.workdir / "agents"
         self.dir.mkdir(exist_ok=True)
         self.dir.chmod(0o755)
-        self.cert, self.key = make_cert(self.dir)
+        self.cert, self.key = cert or make_cert(self.dir)
         self.vipd: dict[str, subprocess.Popen[Any]] = {}
         self.responders: dict[str, subprocess.Popen[Any]] = {}
         self._logs: list[IO[bytes]] = []

@@ -157,6 +157,7 @@ class RoutedRound:
     effect_ms: float | None = None  # fault → the expected change in the router's FIB
     back: bool = False
     back_ms: float | None = None  # restore → every path back and the client answered by all
+    left_ms: float | None = None  # fault → the node's path out of the FIB (any fault)
     failed: int = 0  # connects started during the fault that failed
     attempts: int = 0
     failing_ms: float | None = None  # first to last failed connect, plus one probe interval
@@ -187,10 +188,20 @@ def _ms(s: float) -> float:
 class RoutedSession:
     """One run: the bed, its fabric, the path watch, the prober, the rounds."""
 
-    def __init__(self, bed: RoutedBed, side: NodeSide, opts: RoutedOptions) -> None:
+    def __init__(
+        self,
+        bed: RoutedBed,
+        side: NodeSide,
+        opts: RoutedOptions,
+        fabric: Fabric | None = None,
+        effect_bound: float = EFFECT_BOUND,
+    ) -> None:
+        """``fabric``: what runs on the nodes (default: vipd, `Fabric`); bench/bgp.py passes
+        one that runs kube-vip, and a longer ``effect_bound`` for a BGP hold time."""
         self.bed = bed
         self.opts = opts
-        self.fabric = Fabric(bed, side, opts.port)
+        self.fabric = fabric or Fabric(bed, side, opts.port)
+        self.effect_bound = effect_bound
         self.watch = PathWatch(bed)
         self.names = frozenset(n.name for n in bed.nodes)
         self.prober = Prober(
@@ -256,7 +267,7 @@ class RoutedSession:
             if left:
                 rnd.error = f"{node}'s path left {(left[0] - rnd.t_fault):.3f} s after SIGKILL"
         else:
-            rnd.effect_seen = self.wait_for(self.effect(rnd), EFFECT_BOUND)
+            rnd.effect_seen = self.wait_for(self.effect(rnd), self.effect_bound)
             if rnd.effect_seen:
                 seen = next(
                     t
@@ -266,7 +277,7 @@ class RoutedSession:
                 )
                 rnd.effect_ms = _ms(seen - rnd.t_fault)
             else:
-                rnd.error = f"no {EXPECTED[fault]} within {EFFECT_BOUND:.0f} s"
+                rnd.error = f"no {EXPECTED[fault]} within {self.effect_bound:.0f} s"
             time.sleep(HOLD)
         if fault == "bgpreset":
             # Nothing to undo: the round's fault lasts until the sessions are back.
@@ -320,6 +331,8 @@ class RoutedSession:
                 rnd.restore_failing_ms = _span(rbad, res)
                 rgap = measure(attempts, rnd.t_restore, rnd.t_end, pre=PRE, resolution=res)
                 rnd.restore_full_outage_ms = None if rgap.outage is None else _ms(rgap.outage)
+            left = [t for t, p in self.watch.since(rnd.t_fault) if t <= end and rnd.node not in p]
+            rnd.left_ms = _ms(left[0] - rnd.t_fault) if left else None
             rnd.timeline = self._timeline(rnd, bad)
 
     def _timeline(self, rnd: RoutedRound, bad: list[Attempt]) -> list[tuple[float, str]]:
