@@ -211,6 +211,7 @@ FLOORS = {
     "vipd.routed": "core",
     "vipd.routed.actuator": "host",
     "vipd.routed.backend": "drivers",
+    "vipd.routed.leader": "drivers",
     "vipd.cli": "cli",
     "vipd.__main__": "cli",
     "vipd.lab": "lab",

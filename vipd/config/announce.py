@@ -1,8 +1,8 @@
 """The ``announce`` section: how the VIP reaches the network. ``arp`` (the default) binds it
 on the interface and announces it with gratuitous ARP / unsolicited NA after an election;
 ``routing-table`` writes it as a route into a kernel table that the node's routing daemon
-exports to BGP, and every node decides for itself by the ECMP pool rule
-(docs/design/routed.md, `vipd.routed`).
+exports to BGP; with ``pool: ecmp`` every node decides for itself by the ECMP pool rule, with
+``pool: leader`` the elected holder alone announces (docs/design/routed.md, `vipd.routed`).
 
 What it must not do: touch routes (``vipd.routed.actuator``) or do any I/O.
 
@@ -12,7 +12,9 @@ Where the rules come from
       every route of the node. 0 is ``RT_TABLE_UNSPEC``.
     - ``protocol``: 5 to 255; 0-4 are the kernel's own (``RTPROT_UNSPEC``, ``REDIRECT``,
       ``KERNEL``, ``BOOT``, ``STATIC``). vipd only ever sees and touches routes of its protocol.
-    - ``pool: leader`` (only an elected holder announces) is not built: refused by name.
+    - ``pool``: ``ecmp`` (every node whose API server is healthy announces: no election) or
+      ``leader`` (the holder that ``election`` elects, VRRP or a Lease, announces alone:
+      `vipd.routed.leader`).
 """
 
 from __future__ import annotations
@@ -41,14 +43,7 @@ def _table(c: Check, key: str, value: object, _: Mapping[str, Any]) -> int:
 
 
 def _pool(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str:
-    pool = c.choice(key, value, ("ecmp", "leader"))
-    if pool == "leader":
-        c.fail(
-            key,
-            "leader (only an elected holder announces) is not built yet in this version; use ecmp",
-            value,
-        )
-    return pool
+    return c.choice(key, value, ("ecmp", "leader"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +59,13 @@ class Announce:
     protocol: int = field(default=248, metadata=spec(lambda c, k, v, _: c.integer(k, v, 5, 255)))
     # seconds between the announcement's withdrawal and the binding's removal
     drain: float = field(default=2.0, metadata=spec(seconds(0, 60)))
-    pool: Literal["ecmp"] = field(default="ecmp", metadata=spec(_pool))
+    pool: Literal["ecmp", "leader"] = field(default="ecmp", metadata=spec(_pool))
 
     @property
     def routed(self) -> bool:
         return self.mode == ROUTED
+
+    @property
+    def ecmp(self) -> bool:
+        """Routing-table mode's ECMP pool: every node decides, nothing is elected."""
+        return self.routed and self.pool == "ecmp"

@@ -165,7 +165,7 @@ def read_config(
         node, c.sources["node"] = hostname, "hostname"
     read_key(c, "", Config, "node", {"node": node}, got)
     announce = read_key(c, "", Config, "announce", top, got)
-    if announce.routed:
+    if announce.ecmp:
         _routed_election(c, top, got)
     c.election = read_key(c, "", Config, "election", top, got)
     read_key(c, "", Config, "garp", top, got)
@@ -177,7 +177,7 @@ def read_config(
     for f, _ in fields_of(Config):  # the other sections, in declaration order
         read_key(c, "", Config, f.name, top, got)
     if announce.routed:
-        _routed_sections(c, got)
+        _routed_sections(c, got, announce.ecmp)
     return Config(**got)
 
 
@@ -194,9 +194,10 @@ def _routed_election(c: Check, top: Mapping[str, Any], got: dict[str, Any]) -> N
     got["election"] = Election(mode="none")
 
 
-def _routed_sections(c: Check, got: Mapping[str, Any]) -> None:
-    """What routing-table mode needs from the other sections."""
-    if got["health"] is None:
+def _routed_sections(c: Check, got: Mapping[str, Any], ecmp: bool) -> None:
+    """What routing-table mode needs from the other sections. With ``pool: leader`` the
+    election decides (health gates it as in ARP mode, if present)."""
+    if ecmp and got["health"] is None:
         # The pool rule is "announce while the local API server is healthy": without the
         # checks every node would announce a path whether its API server answers or not.
         c.fail(
@@ -210,6 +211,6 @@ def _routed_sections(c: Check, got: Mapping[str, Any]) -> None:
         c.fail(
             "ipvs.enabled",
             "must be false with announce.mode: routing-table (the router's ECMP balances "
-            "over the announcing nodes)",
+            "over the announcing nodes; with pool: leader, IPVS on the holder is not built)",
             True,
         )

@@ -16,6 +16,8 @@ What it is: ``RoutedBed`` builds, per run, namespaces that all carry one name pr
   exports it. This is the routing-table mode the node's route actuator
   (``vipd.routed.actuator``) feeds.
 - ``<prefix>-c``: the client, 10.78.0.2/24 behind the router.
+- ``<prefix>-l`` (``lan=True`` only): a bridge joining the nodes' ``lan0`` (10.78.100.i/24),
+  for an election that needs a shared segment (``announce.pool: leader`` with VRRP).
 
 Each FRR instance runs in the foreground (tracked, killed at teardown) with its own vty
 socket directory, zserv path, pid file and one config file per daemon, without ``-N``;
@@ -74,6 +76,7 @@ CLIENT = "10.78.0.2"
 ROUTER_LAN = "10.78.0.1"
 BFD_MS = 100
 BFD_MULT = 3
+LAN_PREFIX = "10.78.100"  # the nodes' shared segment, when there is one
 
 
 def new_prefix() -> str:
@@ -190,14 +193,20 @@ class RoutedBed:
         vip: str = VIP,
         *,
         frr_nodes: bool = True,
+        lan: bool = False,
     ) -> None:
         """``frr_nodes=False``: the nodes run no routing daemon (a BGP speaker inside the
-        agent peers with the router instead); the build then waits for no session."""
+        agent peers with the router instead); the build then waits for no session.
+        ``lan=True``: the nodes also share a segment (`LAN_PREFIX`: a bridge in
+        ``<prefix>-l``, ``lan0`` on each node, 10.78.100.i/24) for an election that needs
+        one (VRRP checks that its adverts come from its own link, TTL 255); the router is
+        not on it."""
         if not 1 <= nodes <= 8:
             raise ValueError(f"a routed bed has 1-8 nodes (got {nodes})")
         self.prefix = check_prefix(prefix or new_prefix())
         self.vip = vip
         self.frr_nodes = frr_nodes
+        self.lan = f"{self.prefix}-l" if lan else None
         self.router = f"{self.prefix}-r"
         self.client = f"{self.prefix}-c"
         self.nodes = [
@@ -226,7 +235,11 @@ class RoutedBed:
 
     @property
     def namespaces(self) -> list[str]:
-        return [self.router, self.client, *(n.ns for n in self.nodes)]
+        lan = [self.lan] if self.lan else []
+        return [self.router, self.client, *lan, *(n.ns for n in self.nodes)]
+
+    def lan_addr(self, node: RoutedNode) -> str:
+        return f"{LAN_PREFIX}.{node.index}"
 
     def node(self, name: str) -> RoutedNode:
         for node in self.nodes:
@@ -300,6 +313,8 @@ class RoutedBed:
             _run([IP, "-n", node.ns, "addr", "add", f"{node.addr}/31", "dev", "eth0"])
             _run([IP, "-n", node.ns, "link", "set", "eth0", "up"])
             _run([IP, "-n", node.ns, "route", "add", "default", "via", node.router_addr])
+        if self.lan is not None:
+            self._build_lan(self.lan)
         self._start_frr(r, _router_conf(self.nodes))
         if not self.frr_nodes:
             return
@@ -307,6 +322,16 @@ class RoutedBed:
             self._start_frr(node.ns, _node_conf(node, self.vip))
         self.wait_sessions()
         self.bind_bfd()
+
+    def _build_lan(self, lan: str) -> None:
+        _run([IP, "-n", lan, "link", "add", "br0", "type", "bridge"])
+        _run([IP, "-n", lan, "link", "set", "br0", "up"])
+        for node in self.nodes:
+            _run([IP, "-n", lan, "link", "add", node.name, "type", "veth", "peer", "name",
+                  "lan0", "netns", node.ns])  # fmt: skip
+            _run([IP, "-n", lan, "link", "set", node.name, "master", "br0", "up"])
+            _run([IP, "-n", node.ns, "addr", "add", f"{self.lan_addr(node)}/24", "dev", "lan0"])
+            _run([IP, "-n", node.ns, "link", "set", "lan0", "up"])
 
     @property
     def client_ns(self) -> str:
