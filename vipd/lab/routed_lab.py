@@ -62,6 +62,7 @@ EFFECT_BOUND = 10.0  # seconds for a fault's effect to reach the router's FIB
 BACK_BOUND = 30.0  # seconds for every path and the client to be back after a restore
 START_BOUND = 40.0
 PRE = 0.5
+STEADY = 0.5  # seconds of every path and every node answering that count as settled
 
 EXPECTED = {
     "kill": "path stays",
@@ -216,20 +217,26 @@ class RoutedSession:
             time.sleep(0.01)
         return True
 
-    def client_on_all(self) -> bool:
-        """The connects of a recent half second (old enough to have finished) all answered,
-        by every node."""
+    def client_on_all(self, since: float) -> bool:
+        """The connects of a recent half second (old enough to have finished, and started
+        after ``since``) all answered, by every node."""
         now = time.monotonic()
         hi = now - self.opts.probe_timeout - 0.05
-        recent = [a for a in self.prober.attempts(hi - 0.5) if a.start <= hi]
+        if hi - STEADY < since:
+            return False
+        recent = [a for a in self.prober.attempts(hi - STEADY) if a.start <= hi]
         return (
             bool(recent)
             and all(a.ok for a in recent)
             and {a.name for a in recent} == set(self.names)
         )
 
-    def steady(self) -> bool:
-        return self.watch.current() == self.names and self.client_on_all()
+    def steady(self, since: float = 0.0) -> bool:
+        """Every node a path for the last `STEADY` s, and the client answered by all of them
+        in a window after ``since``: a restarted agent that first removes what it finds (and
+        announces again later) is not taken for a settled one."""
+        changes = self.watch.since(time.monotonic() - STEADY)
+        return len(changes) == 1 and changes[0][1] == self.names and self.client_on_all(since)
 
     def start(self) -> None:
         self.watch.start()
@@ -281,14 +288,16 @@ class RoutedSession:
             time.sleep(HOLD)
         if fault == "bgpreset":
             # Nothing to undo: the round's fault lasts until the sessions are back.
-            self.wait_for(self.steady, BACK_BOUND)
+            self.wait_for(lambda: self.steady(rnd.t_fault), BACK_BOUND)
         rnd.t_restore = time.monotonic()
         self.fabric.restore(fault, node)
+        settled = rnd.t_restore
         if fault in ("kill", "term"):
             # The new vipd first removes whatever routes it finds, then announces again:
             # the round ends once that is over and every path is back.
             self.wait_for(lambda: self.fabric.ready(node), BACK_BOUND)
-        rnd.back = self.wait_for(self.steady, BACK_BOUND)
+            settled = time.monotonic()
+        rnd.back = self.wait_for(lambda: self.steady(settled), BACK_BOUND)
         rnd.t_end = time.monotonic()
         if rnd.back:
             rnd.back_ms = _ms(rnd.t_end - rnd.t_restore)
