@@ -56,6 +56,7 @@ from vipd.tracking import TrackChecker
 if TYPE_CHECKING:
     from vipd.endpoint.server import Endpoint
     from vipd.ipvs.runtime import IpvsRuntime
+    from vipd.membership.follower import MembershipFollower
 
 EXIT_OK = 0
 EXIT_CRASH = 1
@@ -144,6 +145,7 @@ class Agent:
         self.health: HealthChecker | None = None
         self.ipvs: IpvsRuntime | None = None
         self.tracks: TrackChecker | None = None
+        self.membership: MembershipFollower | None = None
         self.garp_sent = 0
         self._stopping = False
 
@@ -289,6 +291,9 @@ class Agent:
         if new is None or p is None:
             return result
         self.cfg = new
+        if self.membership is not None:
+            self.membership.reconfigure(new)
+            new = self.membership.effective(new)  # the followed lists stay merged in
         try:
             livereload.apply(
                 new,
@@ -373,6 +378,7 @@ class Agent:
                 self.ipvs = IpvsRuntime(self.cfg, self.pre.source, self.log)
                 self.ipvs.start(self.health, controllers[0].leader)
                 controllers[0].follow(self.ipvs)
+        self._follow_membership()
         self.links.listen()
         # Every instance's election, each publishing to its own controller, as one task.
         elections = [
@@ -387,6 +393,27 @@ class Agent:
         self.tasks.spawn("election", together(elections), "election")
         self.tasks.spawn("link", self.links.follow(), "link follower")
 
+    def _follow_membership(self) -> None:
+        """The ``*_from`` keys: the membership task (``vipd.membership``), when any is set."""
+        from vipd.membership import policy
+
+        if not policy.followed_lists(self.cfg):
+            return
+        from vipd.membership.follower import MembershipFollower, apply_to
+
+        own = frozenset(
+            {a.ip for a in self.pre.link.addresses} | {self.pre.source, *self.pre.sources}
+        )
+        apply = partial(
+            apply_to,
+            elections=self.elections,
+            health=self.health,
+            ipvs=self.ipvs,
+            health_peers=lambda: self.health_peers,
+        )
+        self.membership = MembershipFollower(self.cfg, own, apply, self.log)
+        self.tasks.spawn("membership", self.membership.run(), "membership")
+
     def _stop_plan(self, graceful: bool) -> list[Step]:
         """The ordered stop (docs/design/architecture.md), for the parts that were started.
         Health and resync off, the backend resigns (keeping the VIP until a successor shows),
@@ -396,7 +423,7 @@ class Agent:
             plan.append(Step(None, "stop the health checks", self.health.stop))
         if self.tracks is not None:
             plan.append(Step(None, "stop the tracked checks", self.tracks.stop))
-        tasks = ("election", "controller")
+        tasks = ("membership", "election", "controller")
         plan.append(Step(None, "stop the election and the resync", self.tasks.canceller(*tasks)))
         plan += [Step(None, "quiesce the controller", c.quiesce) for c in self.controllers]
 

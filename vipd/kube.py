@@ -226,6 +226,8 @@ class Need:
     def describe(self) -> str:
         what = f"{self.resource}.{self.group}" if self.group else self.resource
         where = f"{self.namespace}/{self.name}" if self.name else f"in {self.namespace}"
+        if not self.namespace:  # cluster-scoped (Nodes)
+            where = "cluster-wide"
         return f"{self.verb} {what} {where}"
 
 

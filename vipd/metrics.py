@@ -87,6 +87,13 @@ from vipd.metrics_drivers import (
     LEASE_KEEPING,
     LEASE_RENEW_AGE,
     LEASE_REQUESTS,
+    MEMBERSHIP_DROPPED,
+    MEMBERSHIP_HELD,
+    MEMBERSHIP_LISTS,
+    MEMBERSHIP_PEERS,
+    MEMBERSHIP_READ_FAILURES,
+    MEMBERSHIP_SOURCES,
+    RATE_LIMIT_KINDS,
     ROUTED_ANNOUNCED,
     ROUTED_WITHDRAW_REASONS,
     ROUTED_WITHDRAWALS,
@@ -98,6 +105,7 @@ from vipd.metrics_drivers import (
     VRRP_MASTER_ADVERT_AGE,
     VRRP_MASTER_PRIORITY,
     VRRP_PRIORITY,
+    VRRP_RATE_LIMITED,
     VRRP_SEND_ERRORS,
 )
 from vipd.metrics_registry import OptionalGauge as OptionalGauge  # re-exported: tests read it
@@ -136,10 +144,17 @@ __all__ = [
     "LEASE_REQUESTS",
     "LOOP_HEARTBEAT_AGE",
     "LOOP_LAG",
+    "MEMBERSHIP_DROPPED",
+    "MEMBERSHIP_HELD",
+    "MEMBERSHIP_LISTS",
+    "MEMBERSHIP_PEERS",
+    "MEMBERSHIP_READ_FAILURES",
+    "MEMBERSHIP_SOURCES",
     "NODE_INFO",
     "NOTIFY",
     "NOTIFY_HOOKS",
     "NOTIFY_RESULTS",
+    "RATE_LIMIT_KINDS",
     "READY",
     "RECONCILE_ERRORS",
     "REGISTRY",
@@ -168,6 +183,7 @@ __all__ = [
     "VRRP_MASTER_ADVERT_AGE",
     "VRRP_MASTER_PRIORITY",
     "VRRP_PRIORITY",
+    "VRRP_RATE_LIMITED",
     "VRRP_SEND_ERRORS",
     "OptionalGauge",
     "Registry",
@@ -246,6 +262,8 @@ def init_vrrp(
         DUPLICATE_CLAIM.labels(vip=vip).set(0)
     for reason in INVALID_REASONS:
         VRRP_INVALID.labels(reason=reason)
+    for kind in RATE_LIMIT_KINDS:
+        VRRP_RATE_LIMITED.labels(kind=kind)
     for reason in AUTH_FAILURE_REASONS if auth else ():
         VRRP_AUTH_FAILURES.labels(reason=reason)
 

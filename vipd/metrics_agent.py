@@ -33,7 +33,7 @@ ROLES = ("leader", "follower", "init")
 # The stable reason labels (vrrp.state.REASON_LABELS plus the shell's own).
 INVALID_REASONS = (
     *("truncated", "length", "version", "type", "checksum", "ttl", "auth", "interval"),
-    *("address-list", "vrid", "source", "family", "owner"),
+    *("address-list", "vrid", "source", "family", "owner", "not-allowed"),
 )
 ACTUATORS = ("address", "ipvs")
 

@@ -38,8 +38,22 @@ VRRP_INVALID = Counter(
     "VRRP packets dropped, by reason. vrid: another VRID on the segment (routine). version, "
     "auth, interval, address-list: a misconfigured peer this node cannot hear (dual master). "
     "checksum, length, truncated, ttl, type, source, family: corruption or spoofing. "
-    "owner: a priority-255 advert, which no vipd node sends (forged, or a real address owner).",
+    "owner: a priority-255 advert, which no vipd node sends (forged, or a real address owner). "
+    "not-allowed: a multicast advert from a source outside election.vrrp.allowed_sources.",
     ["reason"],
+    registry=REGISTRY,
+)
+# vipd.vrrp.ratelimit's budgets, one per kind of thing a master does because of another host.
+RATE_LIMIT_KINDS = ("answer", "defence", "log")
+VRRP_RATE_LIMITED = Counter(
+    "vipd_vrrp_rate_limited_total",
+    "What the leader left out under vipd.vrrp.ratelimit's per-source budgets, by kind. answer: "
+    "an immediate advert answering a lower-priority advert (the advert is dropped before the "
+    "election; the periodic adverts go on). defence: a re-announcement (gratuitous ARP / "
+    "unsolicited NA) for a claimant of the VIP. log: a log line about a source (the next "
+    "one of that source says suppressed=N). 0 in a healthy cluster; a rise means a host "
+    "floods the segment with adverts or claims (a split brain alone stays within budget).",
+    ["kind"],
     registry=REGISTRY,
 )
 # vipd.vrrp.auth's Result values that drop an advert (a missing trailer only in enforce mode).
@@ -150,6 +164,40 @@ IPVS_CHANGES = Counter(
     "backend health transitions; changes with no health transition mean someone edited the "
     "table by hand (vipd repaired it).",
     ["op"],
+    registry=REGISTRY,
+)
+
+# -- membership (vipd.membership) -------------------------------------------------------------
+
+MEMBERSHIP_LISTS = ("election.vrrp.unicast_peers", "health.peers", "ipvs.backends")
+MEMBERSHIP_SOURCES = ("endpointslices", "nodes")
+MEMBERSHIP_PEERS = Gauge(
+    "vipd_membership_peers",
+    "Addresses in a peer list that follows the control plane (a *_from key), static ones "
+    "included, this node's own excluded: the control-plane nodes less one. A drop while no "
+    "node was removed means the API lists fewer members than there are.",
+    ["list"],
+    registry=REGISTRY,
+)
+MEMBERSHIP_READ_FAILURES = Counter(
+    "vipd_membership_read_failures_total",
+    "Reads of a followed peer list that failed (no API server of membership.api_servers "
+    "answered, or an empty answer); the last good set is kept. 0 in steady state.",
+    ["list"],
+    registry=REGISTRY,
+)
+MEMBERSHIP_DROPPED = Counter(
+    "vipd_membership_objects_dropped_total",
+    "EndpointSlices, endpoints, Nodes or addresses from the API server that are not what "
+    "their type says, dropped from the membership set, by source. Always 0 unless something "
+    "writes malformed objects.",
+    ["source"],
+    registry=REGISTRY,
+)
+MEMBERSHIP_HELD = Gauge(
+    "vipd_membership_held",
+    "1 while membership's admission rule keeps this node out of the VRRP election (it is "
+    "not, or not long enough, in the set the other nodes read); 0 otherwise.",
     registry=REGISTRY,
 )
 

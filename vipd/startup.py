@@ -150,11 +150,18 @@ def check_scripts(cfg: Config) -> None:
 
 
 def check_lease(cfg: Config) -> None:
-    """Lease mode: the credentials must be found and load (checked at start)."""
+    """Lease mode and membership (a ``*_from`` key): the credentials must be found and load
+    (checked at start)."""
     if cfg.election.mode == "lease" and cfg.election.lease is not None:
         from vipd import kube
 
         kube.check(kube.Access.from_lease(cfg.election.lease))
+    from vipd.membership import policy
+
+    if policy.followed_lists(cfg):  # membership reads with its own credentials
+        from vipd import kube
+
+        kube.check(cfg.membership.access(cfg.membership.api_servers[0]))
 
 
 class Background:
@@ -265,6 +272,12 @@ def check_access(cfg: Config) -> None:
         asks.append((kube.Access.from_lease(lease), kube.lease_needs(lease)))
     if cfg.ipvs.enabled and cfg.ipvs.discovery.enabled:
         asks.append((kube.Access.from_discovery(cfg.ipvs.discovery), kube.DISCOVERY_NEEDS))
+    from vipd.membership import policy, reader
+
+    followed = policy.sources_of(policy.followed_lists(cfg))
+    if followed:
+        access = cfg.membership.access(cfg.membership.api_servers[0])
+        asks.append((access, [n for s in followed for n in reader.NEEDS[s]]))
     denied: list[str] = []
     for access, needs in asks:
         got = kube.review(access, needs)

@@ -205,6 +205,32 @@ CASES: list[tuple[str, dict[str, Any], list[str], dict[str, Any]]] = [
         {},
     ),
     (
+        "vrrp-membership-endpointslices-and-nodes",
+        {
+            "vip": "10.0.0.100",
+            "election": {
+                "vrrp": {
+                    "vrid": 7,
+                    "unicast_peers": ["10.0.0.1", "10.0.0.2"],
+                    "unicast_peers_from": ["endpointslices", "nodes"],
+                }
+            },
+            "membership": {"interval": 5, "kubeconfig": "/etc/kubernetes/admin.conf"},
+        },
+        [],
+        {},
+    ),
+    (
+        "lease-membership-nodes-only",
+        {
+            "vip": "10.0.0.100",
+            "election": {"mode": "lease"},
+            "health": {"peers": ["10.0.0.2"], "peers_from": ["nodes"]},
+        },
+        [],
+        {},
+    ),
+    (
         "dual-stack-second-instance",
         {
             "vips": ["10.0.0.100", "fd00::100"],
@@ -311,9 +337,22 @@ def test_chart_renders_what_vipd_manifest_renders(
         namespaces.add((election.get("lease") or {}).get("namespace", "kube-system"))
     if cfg.get("ipvs", {}).get("discovery", {}).get("enabled"):
         namespaces.add("default")
+    # Membership: the EndpointSlices in default, the Nodes cluster-wide.
+    followed = {
+        s
+        for sources in (
+            (election.get("vrrp") or {}).get("unicast_peers_from") or [],
+            (cfg.get("health") or {}).get("peers_from") or [],
+        )
+        for s in sources
+    }
+    if "endpointslices" in followed:
+        namespaces.add("default")
     api = ["Role", "RoleBinding"] * len(namespaces)
     if (cfg.get("metrics") or {}).get("auth") == "token":
         api += ["ClusterRole", "ClusterRoleBinding"]  # the token reviews, cluster-scoped
+    if "nodes" in followed:
+        api += ["ClusterRole", "ClusterRoleBinding"]  # the Nodes, cluster-scoped
     api += ["ServiceAccount"] if api else []
     assert sorted(o["kind"] for o in ours) == sorted(["ConfigMap", "DaemonSet", *api])
     assert {o["metadata"]["namespace"] for o in ours if o["kind"] == "Role"} == namespaces

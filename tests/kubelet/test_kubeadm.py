@@ -23,8 +23,6 @@ import pytest
 
 from tests.kubelet.conftest import Cluster
 from vipd.lab.kubeadm_flow import (
-    OVERLAP_LIMIT,
-    OVERLAP_NOISE,
     POWER_LOSS_LIMIT,
     Step,
     adopt_all,
@@ -34,6 +32,7 @@ from vipd.lab.kubeadm_flow import (
     roll,
 )
 from vipd.lab.kubelet_bed.bed import VIPD_IMAGE, VIPD_IMAGE_NEXT
+from vipd.lab.timeline import OVERLAP_LIMIT, OVERLAP_NOISE
 
 pytestmark = pytest.mark.kubelet
 

@@ -351,13 +351,13 @@ def test_crash_releases_the_vip_and_exits_1(cluster: Callable[..., Cluster]) -> 
         import sys
         from vipd import cli
         from vipd.vrrp import state
-        real = state.Machine.advert_tick
-        def advert_tick(self, now):
-            # The Active's every tick passes here (the steady one, and on_timer's first step).
+        real = state.Machine.on_timer
+        def on_timer(self, now):
+            # The Active's every tick passes here (the steady one and the loop's).
             if self.state is state.State.ACTIVE and now - self.state_since > 0.5:
                 raise RuntimeError("injected bug")
             return real(self, now)
-        state.Machine.advert_tick = advert_tick
+        state.Machine.on_timer = on_timer
         sys.exit(cli.main(["run", "--config", {str(d1.config_path)!r}]))
         """
     )

@@ -141,11 +141,15 @@ def test_long_values_are_shortened() -> None:
         (
             (),
             "vip_address",
-            "election, garp, health, interface, ipvs, log, metrics, node, notify, scripts, track, "
-            "vip, vips",
+            "election, garp, health, interface, ipvs, log, membership, metrics, node, notify, "
+            "scripts, track, vip, vips",
         ),
         (("election",), "vrp", "mode, vrrp"),
-        (("election", "vrrp"), "prio", "advert_interval, auth_hmac, auth_pass, checksum, preempt"),
+        (
+            ("election", "vrrp"),
+            "prio",
+            "advert_interval, allowed_sources, auth_hmac, auth_pass, checksum",
+        ),
         (("garp",), "count", "delay, interval, refresh, repeat"),
         (("log",), "colour", "format, level"),
     ],

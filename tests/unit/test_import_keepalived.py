@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests import prereq
-from vipd import config
+from vipd import config, startup
 from vipd.importers import EXIT_IMPORT_DROPPED, EXIT_IMPORT_ERROR, Imported, keepalived
 from vipd.importers.command import braces
 from vipd.importers.kaconf import Files
@@ -556,3 +556,71 @@ def test_mangled_configs_get_an_error_or_a_valid_config() -> None:
             load(result)
             outcomes["config"] += 1
     assert min(outcomes.values()) > 20, outcomes  # both kinds of outcome were exercised
+
+
+# -- auth_hmac (keepalived >= 2.4) -----------------------------------------------------------
+
+HMAC_KEY = "hex:" + "ab" * 32
+
+
+def test_auth_hmac_key_files_and_options_carry_over() -> None:
+    block = (
+        "auth_hmac {\n key 1 file:/etc/keepalived/keys/k1\n key 2 file:/etc/keepalived/keys/k2\n"
+        " active_key 2\n anti_replay monotonic\n mode permissive\n }"
+    )
+    result = convert(instance(extra=block))
+    assert not result.dropped
+    hmac = load(result).election.vrrp.auth_hmac
+    assert hmac is not None
+    assert hmac.key_paths == {1: "/etc/keepalived/keys/k1", 2: "/etc/keepalived/keys/k2"}
+    assert (hmac.send_key, hmac.anti_replay, hmac.mode) == (2, "monotonic", "permissive")
+    timed = convert(instance(extra="auth_hmac {\n key 3 file:/k\n time_window 9\n }"))
+    got = load(timed).election.vrrp.auth_hmac
+    assert got is not None and (got.window, got.anti_replay) == (9, "time")
+
+
+def test_an_auth_hmac_key_written_in_the_config_is_dropped_without_its_value() -> None:
+    result = convert(instance(extra=f"auth_hmac {{\n key 7 {HMAC_KEY}\n }}"))
+    hmac = load(result).election.vrrp.auth_hmac
+    assert hmac is not None and hmac.key_paths == {7: "/etc/vipd/vrrp-key-7"}
+    (d,) = result.dropped
+    assert d.what == "auth_hmac key 7 (its value)" and "/etc/vipd/vrrp-key-7" in d.why
+    # the secret is in neither the config nor the report of what was dropped
+    assert "ab" * 32 not in result.yaml + d.line()
+
+
+@pytest.mark.parametrize(
+    ("block", "error"),
+    [
+        ("auth_hmac {\n mode enforce\n }", "auth_hmac without a key"),
+        ("auth_hmac {\n key 0 file:/k\n }", "ids are 1-255"),
+        ("auth_hmac {\n key 1 file:/a\n key 1 file:/b\n }", "ids are 1-255, each once"),
+        ("auth_hmac {\n key 1\n }", "takes an id and a value"),
+        ("auth_hmac {\n key 1 file:/k\n hmac_len 8\n }", "unknown keyword 'hmac_len'"),
+        ("auth_hmac {\n key 1 file:${_ENV X}/k\n }", "$NAME definitions are not supported"),
+    ],
+)
+def test_auth_hmac_refusals(block: str, error: str) -> None:
+    result = convert(instance(extra=block))
+    assert result.yaml == "" and len(result.errors) == 1
+    assert error in result.errors[0], result.errors
+
+
+def test_an_auth_hmac_import_passes_vipd_check_with_its_key_file(tmp_path: Path) -> None:
+    key = tmp_path / "k1"
+    key.write_text(HMAC_KEY + "\n")
+    key.chmod(0o600)
+    src = tmp_path / "keepalived.conf"
+    src.write_text(instance(extra=f"auth_hmac {{\n key 1 file:{key}\n }}"))
+    out = vipd("import", "keepalived", str(src))
+    assert out.returncode == 0, out.stderr
+    conf = tmp_path / "vipd.yaml"
+    conf.write_text(out.stdout)
+    check = vipd("check", "--offline", "-c", str(conf))
+    assert check.returncode == 0, check.stdout + check.stderr
+    # the key file itself is read where vipd runs (vipd check on the node, vipd run)
+    cfg = config.parse(yaml.safe_load(out.stdout), env={}, hostname="test")
+    startup.check_auth_keys(cfg)
+    key.chmod(0o644)  # keepalived only warns about a readable key; vipd refuses it
+    with pytest.raises(config.ConfigError, match="group or others"):
+        startup.check_auth_keys(cfg)

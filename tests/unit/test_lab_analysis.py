@@ -414,10 +414,20 @@ def test_vipd_lab_kubeadm_passes_the_election_on(monkeypatch: pytest.MonkeyPatch
     runner.add_arguments(parser)
     for mode in ("lease", "vrrp"):
         assert runner.run(parser.parse_args(["--kubeadm", "--election", mode, "--json"])) == 0
+    kube_vip = ["--kubeadm", "--election", "lease", "--from", "kube-vip", "--at-once"]
+    assert runner.run(parser.parse_args(kube_vip)) == 0
+    plain = {"bootstrap": "vipd", "at_once": False}
     assert seen == [
-        {"as_json": True, "keep": False, "election": "lease"},
-        {"as_json": True, "keep": False, "election": "vrrp"},
-    ]
+        {"as_json": True, "keep": False, "election": "lease", **plain},
+        {"as_json": True, "keep": False, "election": "vrrp", **plain},
+        {"as_json": False, "keep": False, "election": "lease", "bootstrap": "kube-vip",
+         "at_once": True},
+    ]  # fmt: skip
+    # kube-vip's migration needs its Lease; keepalived's is not a kubelet lab
+    for bad in (["--kubeadm", "--from", "kube-vip"], ["--kubeadm", "--from", "keepalived"],
+                ["--from", "kube-vip"], ["--at-once"]):  # fmt: skip
+        assert runner.run(parser.parse_args(bad)) == 2, bad
+    assert len(seen) == 3
 
 
 CONTAINERD_LOG = (

@@ -64,6 +64,11 @@ def populate() -> None:
         metrics.IPVS_CHANGES.labels(op=op)
     metrics.RECONCILE_ERRORS.labels(actuator="ipvs")
     metrics.IPVS_SERVICE.set(0)
+    # vipd.membership.follower.MembershipFollower.__init__ (a followed list and its sources)
+    metrics.MEMBERSHIP_PEERS.labels(list="election.vrrp.unicast_peers").set(2)
+    metrics.MEMBERSHIP_READ_FAILURES.labels(list="election.vrrp.unicast_peers")
+    for source in metrics.MEMBERSHIP_SOURCES:
+        metrics.MEMBERSHIP_DROPPED.labels(source=source)
     # vipd.agent at start: the interface, the health targets (every one starts unhealthy).
     metrics.INTERFACE_UP.labels(interface="eth0").set(1)
     metrics.HEALTH_BACKEND_HEALTHY.labels(target="10.0.0.11", local="true").set(0)

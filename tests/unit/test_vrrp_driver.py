@@ -43,13 +43,13 @@ PEER = "10.0.0.12"
 
 
 class Node:
-    def __init__(self, priority: int = 100, endpoint: Endpoint | None = None) -> None:
+    def __init__(self, priority: int = 100, endpoint: Endpoint | None = None, **vrrp: Any) -> None:
         self.cfg = config.parse(
             {
                 "node": "n1",
                 "vip": str(VIP),
                 "interface": "eth0",
-                "election": {"mode": "vrrp", "vrrp": {"vrid": 51, "priority": priority}},
+                "election": {"mode": "vrrp", "vrrp": {"vrid": 51, "priority": priority, **vrrp}},
             }
         )
         self.pre = Preflight(

@@ -373,7 +373,7 @@ def _armed(n: Node) -> list[Any]:
 
 def test_a_master_we_would_now_preempt_is_no_longer_followed() -> None:
     # Our priority rose above the master's: its copies would no longer only restart the down
-    # timer (Machine.follows_quietly), so the copies queued so far are taken at the old
+    # timer (following.follows_quietly), so the copies queued so far are taken at the old
     # priority and every advert is read again.
     async def scenario(n: Node) -> None:
         await _following(n)

@@ -272,7 +272,7 @@ def test_the_driver_tick_sends_a_due_advert_and_returns_the_next_due_time() -> N
         mark = len(n.events)
         assert n.tick() == due and n.events.since(mark) == []
         n.clock.now = due + 0.0001
-        assert n.tick() == due + 0.0001 + 1.0  # restarted from now, as advert_tick does
+        assert n.tick() == due + 0.0001 + 1.0  # restarted from now, as the Adver_Timer does
         assert n.events.since(mark) == ["advert:200"]
         n.stop.set()
         assert await n.stopped() == EXIT_OK

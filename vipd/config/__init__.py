@@ -18,6 +18,7 @@ Where things are (this package re-exports the public names; import them from her
     ``error``      `ConfigError`
     ``rules``      value rules several sections share (IP literals, node lists, commands)
     ``kubeapi``    ``election.lease``, ``ipvs.discovery`` and their shared API access
+    ``membership`` ``membership`` and the ``*_from`` keys (peer lists that follow the cluster)
     ``election``   ``election`` and ``election.vrrp``
     ``announce``   ``announce`` (ARP, or routing-table mode's routes)
     ``sections``   ``garp``, ``log``, ``health``, ``ipvs``, ``notify``, ``track``, ``metrics``
@@ -61,6 +62,8 @@ from vipd.config.document import Config
 from vipd.config.election import Election, Vrrp
 from vipd.config.error import ConfigError
 from vipd.config.kubeapi import IpvsDiscovery, KubeAccess, Lease
+from vipd.config.membership import SOURCES as MEMBERSHIP_SOURCES
+from vipd.config.membership import Membership
 from vipd.config.rules import Command, IPAddress
 from vipd.config.sections import (
     DEFAULT_METRICS_LISTEN,
@@ -84,6 +87,7 @@ __all__ = [
     "DEFAULT_METRICS_LISTEN",
     "ENV_OVERRIDES",
     "IPVS_SCHEDULERS",
+    "MEMBERSHIP_SOURCES",
     "NOTIFY_STATES",
     "Announce",
     "AuthHmac",
@@ -102,6 +106,7 @@ __all__ = [
     "Log",
     "LogFormat",
     "LogLevel",
+    "Membership",
     "Metrics",
     "Notify",
     "Scripts",

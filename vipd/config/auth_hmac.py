@@ -3,7 +3,7 @@ speaks as ``auth_hmac`` (draft-cassen-vrrp-auth-hmac; ``vipd.vrrp.auth`` is the 
 
 What it is: the section's keys and their rules: ``keys`` (key id 1..255 -> the path of a key
 file; the key itself is never config text), ``send_key``, ``mode``, ``anti_replay`` and
-``window``. The names and values are keepalived's (``auth_hmac { key ID file:PATH; send_key;
+``window``. The names and values are keepalived's (``auth_hmac { key ID file:PATH; active_key;
 mode; anti_replay; time_window }`` in keepalived.conf), so one key file serves both.
 
 What it must not do: read the key files (``vipd.vrrp.keyfile``, from ``vipd.startup`` and the

@@ -20,6 +20,7 @@ from typing import Any
 
 from vipd.config.announce import Announce
 from vipd.config.election import Election, read_election
+from vipd.config.membership import Membership
 from vipd.config.rules import IPAddress, ip_literal, vip_problem
 from vipd.config.schema import Check, fields_of, keys_of, read_key, spec
 from vipd.config.sections import (
@@ -126,6 +127,7 @@ class Config:
     # None: no health checks, no gating (an empty ``health:`` turns them on)
     health: Health | None = field(default=None, metadata=spec(section=Health))
     ipvs: Ipvs = field(default=Ipvs(), metadata=spec(section=Ipvs))
+    membership: Membership = field(default=Membership(), metadata=spec(section=Membership))
     metrics: Metrics = field(default=Metrics(), metadata=spec(section=Metrics))
     notify: Notify = field(default=Notify(), metadata=spec(section=Notify))
     track: tuple[Track, ...] = field(

@@ -24,12 +24,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv6Address, ip_address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from typing import Any, Literal, cast
 
 from vipd.config.auth_hmac import AuthHmac, window_for
 from vipd.config.error import Secret
 from vipd.config.kubeapi import Lease
+from vipd.config.membership import members_from
 from vipd.config.rules import IPAddress, node_addresses
 from vipd.config.schema import (
     Check,
@@ -46,6 +47,7 @@ from vipd.config.schema import (
 __all__ = ["Election", "Vrrp", "read_election"]
 
 Checksum = Literal["pseudo-header", "message-only"]
+IPNetwork = IPv4Network | IPv6Network
 
 
 def _vrid(c: Check, key: str, value: object, _: Mapping[str, Any]) -> int:
@@ -130,6 +132,55 @@ def _unicast_peers(
     return peers
 
 
+def _allowed_sources(
+    c: Check, key: str, value: object, got: Mapping[str, Any]
+) -> tuple[IPNetwork, ...]:
+    """Multicast only: the unicast peer list already names the only sources heard."""
+    if value is None:
+        return ()
+    rule = "must be a list of IP addresses or CIDR networks (empty: any source)"
+    if not isinstance(value, list):
+        c.fail(key, rule, value)
+    if value and got["unicast_peers"]:
+        c.fail(
+            key,
+            "has no effect with unicast_peers (only the listed peers are heard then); "
+            "remove one of them",
+            value,
+        )
+    versions = {v.version for v in c.vips}
+    family = " or ".join(f"IPv{n}" for n in sorted(versions))
+    out: list[IPNetwork] = []
+    for i, item in enumerate(value):
+        k = f"{key}[{i}]"
+        if not isinstance(item, str):
+            c.fail(k, "must be an IP address or CIDR network written as a string", item)
+        try:
+            net = ip_network(item.strip(), strict=True)
+        except ValueError:
+            c.fail(
+                k,
+                "must be an IP address or a CIDR network without host bits (e.g. 10.0.0.0/24)",
+                item,
+            )
+        if net.version not in versions:
+            c.fail(k, f"must be an {family} address or network, the family of the VIPs", item)
+        if net in out:
+            c.fail(k, f"is listed twice (first as {key}[{out.index(net)}])", item)
+        out.append(net)
+    # One virtual router per family: a family left out would hear any source, silently.
+    for version in sorted(versions):
+        if out and not any(net.version == version for net in out):
+            v = f"IPv{version}"
+            c.fail(
+                key,
+                f"lists no {v} source, but the {v} VIPs are a virtual router of their own: "
+                f"list its {v} sources too",
+                value,
+            )
+    return tuple(out)
+
+
 def _auth_pass(c: Check, key: str, value: object, got: Mapping[str, Any]) -> str | None:
     if value is None:
         return None
@@ -184,6 +235,20 @@ def _auth_hmac(c: Check, key: str, value: object, got: Mapping[str, Any]) -> Aut
     return read(c, key, AuthHmac, value)
 
 
+def _unicast_peers_from(
+    c: Check, key: str, value: object, got: Mapping[str, Any]
+) -> tuple[str, ...]:
+    sources = members_from(c, key, value, got)
+    if sources and not got["unicast_peers"]:
+        c.fail(
+            key,
+            "needs election.vrrp.unicast_peers: unicast mode is decided at start, and the "
+            "static list is the set a node starts with (the first nodes' addresses)",
+            value,
+        )
+    return sources
+
+
 @dataclass(frozen=True, slots=True)
 class Vrrp:
     vrid: int = field(metadata=spec(_vrid, env=("VIPD_VRID", "int"), stand_in=1))
@@ -197,6 +262,14 @@ class Vrrp:
     preempt_delay: float = field(default=0.0, metadata=spec(_preempt_delay))  # seconds
     # empty: multicast to 224.0.0.18 / ff02::12
     unicast_peers: tuple[IPAddress, ...] = field(default=(), metadata=spec(_unicast_peers))
+    # multicast: the sources whose adverts are heard (empty: any), vipd.vrrp.driver.adverts
+    allowed_sources: tuple[IPNetwork, ...] = field(
+        default=(), metadata=spec(_allowed_sources, needs=("unicast_peers",))
+    )
+    # membership sources merged into unicast_peers while running (vipd.membership)
+    unicast_peers_from: tuple[str, ...] = field(
+        default=(), metadata=spec(_unicast_peers_from, needs=("unicast_peers",))
+    )
     # VRRPv2 simple password (auth type 1)
     auth_pass: str | None = field(default=None, metadata=spec(_auth_pass, needs=("version",)))
     # RFC 5798 virtual MAC on a macvlan (vipd.host.vmac)

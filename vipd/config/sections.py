@@ -19,6 +19,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any, Literal
 
 from vipd.config.kubeapi import IpvsDiscovery, host_port_url, tls_server_name
+from vipd.config.membership import members_from
 from vipd.config.rules import Command, IPAddress, backends, command, file_or_null, ip_literal
 from vipd.config.schema import (
     Check,
@@ -153,6 +154,17 @@ def _peers(c: Check, key: str, value: object, got: Mapping[str, Any]) -> tuple[I
     return backends(c, key, value, got)
 
 
+def _peers_from(c: Check, key: str, value: object, got: Mapping[str, Any]) -> tuple[str, ...]:
+    if value is not None and c.election.mode == "vrrp" and value != []:
+        c.fail(
+            key,
+            "is only used with election.mode: lease or announce.mode: routing-table (VRRP "
+            "follows the members with election.vrrp.unicast_peers_from)",
+            value,
+        )
+    return members_from(c, key, value, got)
+
+
 @dataclass(frozen=True, slots=True)
 class Health:
     """The ``health`` section: HTTPS checks of the API servers (vipd.health).
@@ -191,6 +203,8 @@ class Health:
     # Lease mode: the other control-plane nodes' API servers, checked to know whether a
     # healthy peer can take over (empty: ipvs.backends); the local address never counts.
     peers: tuple[IPAddress, ...] = field(default=(), metadata=spec(_peers))
+    # membership sources merged into peers while running (vipd.membership)
+    peers_from: tuple[str, ...] = field(default=(), metadata=spec(_peers_from))
 
 
 # -- ipvs ----------------------------------------------------------------------------------
@@ -226,6 +240,16 @@ def _pool(c: Check, p: str, got: Mapping[str, Any], _: Mapping[str, Any]) -> Non
         )
 
 
+def _one_follower(c: Check, p: str, got: Mapping[str, Any], _: Mapping[str, Any]) -> None:
+    if got["backends_from"] and got["discovery"].enabled:
+        c.fail(
+            f"{p}.discovery.enabled",
+            "must be false with ipvs.backends_from (which reads the same EndpointSlices "
+            'with membership\'s access: use backends_from: ["endpointslices"] alone)',
+            True,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Ipvs:
     """IPVS load balancing of VIP:port/TCP on the leader (vipd.ipvs)."""
@@ -237,7 +261,11 @@ class Ipvs:
         default="nat", metadata=spec(choice("nat", "dr"), then=_one_vip)
     )
     backends: tuple[IPAddress, ...] = field(default=(), metadata=spec(backends, then=_pool))
-    discovery: IpvsDiscovery = field(default=IpvsDiscovery(), metadata=spec(section=IpvsDiscovery))
+    # membership sources merged into backends while running (vipd.membership)
+    backends_from: tuple[str, ...] = field(default=(), metadata=spec(members_from))
+    discovery: IpvsDiscovery = field(
+        default=IpvsDiscovery(), metadata=spec(section=IpvsDiscovery, then=_one_follower)
+    )
 
 
 # -- notify and track ----------------------------------------------------------------------

@@ -15,7 +15,8 @@ verdicts added::
     backends: [{name, address, healthy, detail}],          empty until health checking lands
     tracks: [{name, up, value, weight, error}],            the tracked checks (track)
     counters: {transitions, adverts_sent, adverts_received, advert_send_errors,
-               invalid_adverts: {reason: n}, garp_sent, duplicate_claims},
+               invalid_adverts: {reason: n}, garp_sent, duplicate_claims,
+               rate_limited: {answer, defence, log}},
     instances: [{vips, role, vrrp, master, peers, ...}]    with two VRRP virtual routers
                                                            (one per family): each one's part
     healthy, health_reason, ready, ready_reason, heartbeat_age_s   (added by the endpoint)

@@ -154,6 +154,8 @@ class _Converter:
                 sh["unicast_peers"] = ([src, *_peers(inst)], s.where)
             elif k == "authentication":
                 self.auth(s, sh)
+            elif k == "auth_hmac":
+                self.auth_hmac(s, sh)
             elif k == "track_script":
                 track += list(s.block or ())
             elif k == "track_file":
@@ -205,6 +207,45 @@ class _Converter:
         elif pw is not None:
             # keepalived sends only the first 8 characters (it truncates longer ones)
             sh["auth_pass"] = (str(_one(pw))[:8], pw.where)
+
+    def auth_hmac(self, s: Stmt, sh: dict[str, tuple[object, str]]) -> None:
+        """keepalived >= 2.4's ``auth_hmac`` block → ``election.vrrp.auth_hmac``. vipd reads
+        keys only from files, so ``key ID file:PATH`` carries over and a key written in the
+        config is dropped with the file to put it in (its bytes never reach the output)."""
+        keys: dict[int, str] = {}
+        out: dict[str, object] = {}
+        for a in s.block or ():
+            k = a.keyword
+            if k == "key":
+                if len(a.args) != 2:
+                    raise _Refuse(f"{a.where}: auth_hmac key takes an id and a value")
+                kid = _int(a.args[0], a)
+                if not 1 <= kid <= 255 or kid in keys:
+                    raise _Refuse(f"{a.where}: auth_hmac key {kid}: ids are 1-255, each once")
+                value = a.args[1]
+                if value.startswith("file:"):  # ${...} never gets here: kaconf refuses it
+                    keys[kid] = value[len("file:") :]
+                else:
+                    keys[kid] = f"/etc/vipd/vrrp-key-{kid}"
+                    self.drop(
+                        a,
+                        "vipd reads keys only from files: write keepalived's value as it is "
+                        f"(hex:... or the string) into {keys[kid]}, owned by root, mode 0600",
+                        f"auth_hmac key {kid} (its value)",
+                    )
+            elif k == "active_key":
+                out["send_key"] = _one(a, int)
+            elif k == "anti_replay":
+                out["anti_replay"] = _one(a)
+            elif k == "time_window":
+                out["window"] = _one(a, int)
+            elif k == "mode":
+                out["mode"] = _one(a)
+            else:
+                raise _Refuse(f"{a.where}: unknown keyword {k!r} in auth_hmac")
+        if not keys:
+            raise _Refuse(f"{s.where}: auth_hmac without a key")
+        sh["auth_hmac"] = ({"keys": keys, **out}, s.where)
 
     def track(self, inst: _Instance, t: Stmt) -> None:
         file = t.keyword == "@file"
@@ -373,7 +414,7 @@ class _Converter:
         for key in ("vrid", "priority", "advert_interval", "version", "preempt"):
             if key in shared:
                 self.doc.set(f"election.vrrp.{key}", shared[key][0], _note(key, shared[key][1]))
-        for key in ("preempt_delay", "unicast_peers", "auth_pass", "vmac"):
+        for key in ("preempt_delay", "unicast_peers", "auth_pass", "auth_hmac", "vmac"):
             if key in shared:
                 value, where = shared[key]
                 if key == "auth_pass" and shared["version"][0] != 2:

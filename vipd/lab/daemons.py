@@ -125,6 +125,8 @@ class VrrpSpec:
     extra_vips: tuple[str, ...] = ()
     # vipd only: election.vrrp.auth_hmac as written (key files by id, mode...); None: off
     auth_hmac: dict[str, Any] | None = None
+    # vipd only: election.vrrp.allowed_sources (multicast advert sources heard); () = any
+    allowed_sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.version not in (2, 3):
@@ -315,6 +317,8 @@ class VipdDaemon(Daemon):
             vrrp["auth_pass"] = s.auth_pass
         if s.auth_hmac is not None:
             vrrp["auth_hmac"] = s.auth_hmac
+        if s.allowed_sources:
+            vrrp["allowed_sources"] = list(s.allowed_sources)
         election: dict[str, Any] = {"mode": "vrrp", "vrrp": vrrp}
         if s.lease is not None:
             election = {

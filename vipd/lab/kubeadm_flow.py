@@ -42,10 +42,12 @@ from typing import Any
 
 from vipd.lab.addrwatch import AddressWatch, AddrEvent
 from vipd.lab.kubelet_bed.bed import (
+    ADOPT_LABEL,
     DAEMONSET_SELECTOR,
     VIPD_IMAGE,
     VIPD_IMAGE_MISSING,
     VIPD_IMAGE_NEXT,
+    Bootstrap,
     Election,
     KubeletBed,
     pod_ready,
@@ -55,21 +57,18 @@ from vipd.lab.kubelet_bed.clients import PodSeen
 from vipd.lab.kubelet_bed.node import MachineError
 from vipd.lab.kubelet_bed.podlogs import LogLine
 from vipd.lab.prober import client_gap
+from vipd.lab.timeline import OVERLAP_LIMIT, OVERLAP_NOISE
 from vipd.lab.topology import LabError
 from vipd.lab.wire import Capture, WireAdvert
 from vipd.vrrp.state import master_down_interval
 
-# A graceful handover's make-before-break overlap (docs/design): at most this on a machine
-# that schedules the stopping vipd at once.
-OVERLAP_LIMIT = 0.1
-# What the judges allow on top: the old holder drops the VIP when it is next scheduled after
-# the successor's announcement, and on this 2-core machine under a pod churn that took up to
-# 0.25 s (Lease and VRRP alike). A VIP left on two nodes by a real fault lasts seconds.
-OVERLAP_NOISE = 0.5
 POWER_LOSS_LIMIT = 60.0
 # A step with a problem carries every node's vipd log lines of its window in the report (the
 # last this many): what each node decided is the post-mortem, and the bed is gone after it.
 STEP_LOG_LINES = 200
+# A step's end is 1 s after its last action (the prober's attempts finish, timeout 0.5 s):
+# more than this since the client's last connect means the prober had stopped.
+CLIENT_SILENCE = 2.0
 # On top of a protocol bound: a shared, noisy 2-core machine (as tests/netns/test_chaos.py).
 MARGIN = 0.5
 # Lease mode: the same, with three API servers and etcd members in the loop (as tests/kube).
@@ -138,6 +137,12 @@ class Step:
     # static one's finish (negative: both ran at once), from the node's containerd.
     static_exit: int | None = None
     static_to_daemonset_s: float | None = None
+    # the static pod's program: vipd's exit code is judged, another's (kube-vip's) recorded
+    static_program: str = "vipd"
+    # the client's connects begun in the step, and the time from the last one to its end: a
+    # prober that stopped would make the gap look small, so a silent client is a problem
+    connects: int = 0
+    client_silent_s: float = 0.0
     kubectl_errors: list[str] = field(default_factory=list)  # the failed tries, as said
     # A try begun before the step and still running when it began (counted in the step it
     # began in): what a short step had when one try hung across all of it.
@@ -159,7 +164,10 @@ class Step:
             out.append(f"{what}: the VIP moved {self.moves} times")
         if self.node not in self.before and self.after != self.before:
             out.append(f"{what} (a follower): the VIP moved {self.before}→{self.after}")
-        if self.static_exit not in (0, None):
+        if self.client_silent_s > CLIENT_SILENCE:
+            out.append(f"{what}: the client made no connect in the step's last "
+                       f"{self.client_silent_s:.1f} s")  # fmt: skip
+        if self.static_exit not in (0, None) and self.static_program == "vipd":
             out.append(f"{what}: the static vipd exited {self.static_exit}")
         if self.static_to_daemonset_s is not None and self.static_to_daemonset_s < 0:
             out.append(f"{what}: the static and the DaemonSet vipd ran at once")
@@ -187,6 +195,8 @@ def measure(
     claims = [e for e in events if e.added]
     gap, failed, tries, errors, in_flight = clients_seen(bed, start, end)
     every = list(watch.events)
+    assert bed.prober is not None
+    begun = [a.start for a in bed.prober.attempts(start) if a.start <= end]
     return Step(
         kind=kind,
         node=node,
@@ -202,6 +212,8 @@ def measure(
         start=start,
         kubectl_errors=errors,
         kubectl_in_flight=in_flight,
+        connects=len(begun),
+        client_silent_s=round(end - max(begun, default=start), 3),
     )
 
 
@@ -260,6 +272,7 @@ def adopt_all(bed: KubeletBed, watch: AddressWatch) -> list[Step]:
         time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
         step = measure(bed, watch, kind="adopt", node=name, start=t0, end=time.monotonic())
         step.static_exit, step.static_to_daemonset_s = static.handover()
+        step.static_program = bed.static_name
         steps.append(step)
     return steps
 
@@ -272,8 +285,9 @@ class StaticWatch:
     def __init__(self, bed: KubeletBed, name: str) -> None:
         self.bed = bed
         self.name = name
-        running = [c for c in bed.vipd_containers(name)
-                   if c["pod"] == f"vipd-{name}" and c["state"] == "CONTAINER_RUNNING"]  # fmt: skip
+        self.pod = f"{bed.static_name}-{name}"  # a static pod's name: its file's + the node's
+        running = [c for c in bed.vipd_containers(name, bed.static_name)
+                   if c["pod"] == self.pod and c["state"] == "CONTAINER_RUNNING"]  # fmt: skip
         self.id: str | None = running[0]["id"] if running else None
         self.exited: dict[str, Any] | None = None
         self._stop = threading.Event()
@@ -307,7 +321,7 @@ class StaticWatch:
         if self.exited is None:
             return None, None
         daemon = [c for c in self.bed.vipd_containers(self.name)
-                  if c["pod"] != f"vipd-{self.name}" and c["started"]]  # fmt: skip
+                  if c["pod"] != self.pod and c["started"]]  # fmt: skip
         if not daemon:
             return self.exited["exit_code"], None
         first = min(daemon, key=lambda c: c["started"])
@@ -587,14 +601,51 @@ def bad_image_recovery(bed: KubeletBed, static_on: str = "n1") -> Recovery:
     )
 
 
-def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
+def adopt_at_once(bed: KubeletBed, watch: AddressWatch) -> Step:
+    """The DaemonSet applied and every node labelled in one command: each node's ``adopt``
+    removes its static pod at the same time (the all-at-once path)."""
+    bed.apply_daemonset()
+    (leader,) = bed.holders()
+    names = ["n1", "n2", "n3"]
+    t0 = time.monotonic()
+    bed.note(f"all nodes: label {ADOPT_LABEL} at once")
+    bed.kubectl("label", "node", *names, f"{ADOPT_LABEL}=")
+    end = t0 + 240
+    while time.monotonic() < end:
+        with contextlib.suppress(LabError, subprocess.TimeoutExpired, json.JSONDecodeError):
+            pods = bed.vipd_pods()
+            gone = not any(bed.static_manifest(n).exists() for n in names)
+            if gone and all(pod_ready(pods.get(n)) for n in names) and len(bed.holders()) == 1:
+                break
+        time.sleep(0.5)
+    else:
+        raise MachineError(f"all at once: not every DaemonSet pod ready in {end - t0:.0f} s")
+    bed.note(f"all nodes: DaemonSet pods ready, static pods gone, {time.monotonic() - t0:.1f} s")
+    time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
+    # named after the holder it began with: the VIP may move once, to any node
+    return measure(bed, watch, kind="adopt-all", node=leader, start=t0, end=time.monotonic())
+
+
+def run(
+    *,
+    as_json: bool,
+    keep: bool,
+    election: Election = "vrrp",
+    bootstrap: Bootstrap = "vipd",
+    at_once: bool = False,
+) -> int:
+    """The lab. ``bootstrap="kube-vip"``: the cluster bootstrapped by kube-vip's static pod
+    and moved to vipd's DaemonSet on kube-vip's Lease, node by node (the holder last) or
+    ``at_once``; the report ends after the move."""
     why = usable()
     if why is not None:
         print(f"vipd lab --kubeadm: cannot run here: {why}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"lab": {"mode": "kubeadm", "election": election}}
+    report: dict[str, Any] = {
+        "lab": {"mode": "kubeadm", "election": election, "from": bootstrap, "at_once": at_once}
+    }
     problems: list[str] = []
-    with KubeletBed(election) as bed:
+    with KubeletBed(election, bootstrap=bootstrap) as bed:
         report["lab"].update({"kubernetes": bed.version, "workdir": str(bed.lab.workdir)})
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()
@@ -620,9 +671,12 @@ def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
             if first is None or first.at >= init_done:
                 problems.append("the VIP was not bound before kubeadm init finished")
             time.sleep(2)  # the prober's first answers
-            steps = adopt_all(bed, watch)
+            steps = [adopt_at_once(bed, watch)] if at_once else adopt_all(bed, watch)
             report["adopt"] = [_step_doc(s) for s in steps]
             problems += [p for s in steps for p in s.problems()]
+            if bootstrap == "kube-vip":
+                # the migration is the run: what follows is vipd's own life, tested without it
+                raise _Done
             rolled = roll(bed, watch)
             report["roll"] = [_step_doc(s) for s in rolled]
             problems += [p for s in rolled for p in s.problems()]
@@ -671,6 +725,8 @@ def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
                         time.sleep(3600)
                 except KeyboardInterrupt:
                     pass
+        except _Done:
+            pass
         finally:
             watch.stop()
             if wire is not None:
@@ -685,18 +741,27 @@ def run(*, as_json: bool, keep: bool, election: Election = "vrrp") -> int:
     return 0 if not problems else 1
 
 
+class _Done(Exception):
+    """The run's steps are over (a kube-vip migration ends after its move)."""
+
+
 def _step_doc(step: Step) -> dict[str, Any]:
     return {**vars(step), "kubectl_allowed": step.kubectl_allowed()}
 
 
 def _static(step: dict[str, Any]) -> str:
-    if step.get("kind") != "adopt":
+    if step.get("kind") not in ("adopt", "adopt-all"):
         return "-"
     return f"{step.get('static_exit')}, {step.get('static_to_daemonset_s')}"
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [f"vipd lab --kubeadm on Kubernetes {report['lab'].get('kubernetes', '?')}", ""]
+    lab = report["lab"]
+    title = f"vipd lab --kubeadm on Kubernetes {lab.get('kubernetes', '?')}"
+    if lab.get("from") == "kube-vip":
+        how = "all nodes at once" if lab.get("at_once") else "node by node, the holder last"
+        title += f", from kube-vip's static pod to vipd's DaemonSet on its Lease, {how}"
+    lines = [title, ""]
     lines += [f"{row['t_s']:9.3f} s  {row['what']}" for row in report.get("timeline", [])]
     init = report.get("init", {})
     lines += [
@@ -706,7 +771,7 @@ def render(report: dict[str, Any]) -> str:
         "started",
         "",
         "| step | node | took s | holder before → after | VIP moves | client longest gap ms "
-        "| failed connects | kubectl failed/tries | static vipd exit, DaemonSet vipd started s "
+        "| failed connects | kubectl failed/tries | static pod's exit, DaemonSet vipd started s "
         "after it |",
         "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
@@ -741,8 +806,9 @@ def render(report: dict[str, Any]) -> str:
         lines += ["", f"vipd logs of {logs['step']}:", *logs["lines"]]
         if logs.get("wire"):
             lines += [f"VRRP adverts on the bridge in {logs['step']}:", *logs["wire"]]
-    back = report.get("power_loss", {}).get("readyz_through_vip_after_s")
-    lines += ["", f"full power loss: /readyz through the VIP {back} s after power came back"]
+    if "power_loss" in report:
+        back = report["power_loss"].get("readyz_through_vip_after_s")
+        lines += ["", f"full power loss: /readyz through the VIP {back} s after power came back"]
     summary = report["summary"]
     lines.append("ok" if summary["ok"] else "PROBLEMS: " + "; ".join(summary["problems"]))
     return "\n".join(lines)

@@ -186,6 +186,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"that {KUBE_BUILD} builds; takes 3-5 minutes)",
     )
     parser.add_argument(
+        "--from",
+        dest="migrate_from",
+        choices=("keepalived", "kube-vip"),
+        default=None,
+        help="instead of fault rounds: start keepalived (Debian's) on every node, then replace "
+        "it node by node, the holder last, by vipd running what `vipd import keepalived` makes "
+        "of that node's keepalived.conf; prints each move's client gap and VIP moves, and "
+        "fails if the VIP ever had two holders (uses --nodes, --version: 2 with a password as "
+        "kubeadm's HA guide, or 3; --unicast; --json). kube-vip, with --kubeadm --election "
+        "lease: the cluster bootstrapped through kube-vip's static pod, then moved to vipd's "
+        "DaemonSet on kube-vip's Lease (the config `vipd import kube-vip` makes of kube-vip's "
+        "manifest) node by node, the holder last",
+    )
+    parser.add_argument(
+        "--at-once",
+        action="store_true",
+        help="with --kubeadm --from kube-vip: every node moved to vipd at once instead",
+    )
+    parser.add_argument(
         "--cleanup",
         metavar="PREFIX",
         default=None,
@@ -869,6 +888,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"removed {len(removed)} namespaces: {' '.join(removed) or '-'}")
         return 0
     if getattr(args, "kubeadm", False):
+        if args.migrate_from == "keepalived" or (
+            args.migrate_from == "kube-vip" and args.election != "lease"
+        ):
+            print(
+                "vipd lab --kubeadm: --from kube-vip (with --election lease) is the one "
+                "migration on real kubelets",
+                file=sys.stderr,
+            )
+            return 2
         from vipd.lab import kubeadm_flow
         from vipd.lab.kubelet_bed.node import MachineError
 
@@ -877,10 +905,17 @@ def run(args: argparse.Namespace) -> int:
                 as_json=args.json,
                 keep=args.keep,
                 election="lease" if args.election == "lease" else "vrrp",
+                bootstrap="kube-vip" if args.migrate_from == "kube-vip" else "vipd",
+                at_once=args.at_once,
             )
         except (LabError, MachineError) as exc:
             print(f"vipd lab --kubeadm: {exc}", file=sys.stderr)
             return 1
+    if getattr(args, "migrate_from", None) == "keepalived":
+        return _run_migration(args)
+    if getattr(args, "migrate_from", None) is not None or getattr(args, "at_once", False):
+        print("vipd lab: --from kube-vip and --at-once need --kubeadm", file=sys.stderr)
+        return 2
     if getattr(args, "announce", "arp") != "arp":
         from vipd.lab import routed_lab
 
@@ -932,3 +967,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_table(report))
     return 0 if report["summary"]["ok"] else 1
+
+
+def _run_migration(args: argparse.Namespace) -> int:
+    from vipd.lab import migrate
+
+    why = preflight(Options(daemon="keepalived"))
+    if why is not None:
+        print(f"vipd lab: cannot run here: {why}", file=sys.stderr)
+        return 2
+    if args.nodes < 2 or args.family != 4:
+        print("vipd lab --from keepalived: --nodes must be ≥ 2, IPv4 only", file=sys.stderr)
+        return 2
+    try:
+        report = migrate.run(args.nodes, args.version, args.unicast, args.prefix)
+    except LabError as exc:
+        print(f"vipd lab --from keepalived: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2) if args.json else migrate.render(report))
+    return 0 if report["ok"] else 1

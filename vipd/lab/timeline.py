@@ -23,6 +23,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 Span = tuple[float, float]
+
+# A graceful handover's make-before-break overlap (docs/design): at most this on a machine
+# that schedules the stopping vipd at once.
+OVERLAP_LIMIT = 0.1
+# What the judges allow on top: the old holder drops the VIP when it is next scheduled after
+# the successor's announcement, and on this 2-core machine under a pod churn that took up to
+# 0.25 s (Lease and VRRP alike). A VIP left on two nodes by a real fault lasts seconds.
+OVERLAP_NOISE = 0.5
 Exclusions = Mapping[str, Sequence[tuple[float, float | None]]]
 
 

@@ -91,10 +91,14 @@ class Lead:
 
 @dataclass(frozen=True, slots=True)
 class Announce:
-    """Announce every bound VIP again; ``reason`` is logged ("re-announcing") unless None."""
+    """Announce every bound VIP again; ``reason`` is logged ("re-announcing") unless None.
+    The shell holds announcements to a per-claimant budget (``vrrp.ratelimit``), and their
+    log lines too while they answer the claimant's own frames (``answers_claim``); not for
+    a claimant that went quiet, whose stranded clients only our probes find."""
 
     reason: str | None
     claimant_mac: str
+    answers_claim: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +334,7 @@ class ClaimPolicy:
             return []
         if asked and not check.answered:
             del self._checks[mac]
-            return [Announce(_STRANDED_REASON, mac)]
+            return [Announce(_STRANDED_REASON, mac, answers_claim=False)]
         check.probed_at = None
         if asked and now >= check.ends:
             # Still there DEFEND_INTERVAL on: its answer is a claim, judged as one (the

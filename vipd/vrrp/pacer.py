@@ -10,8 +10,9 @@ the GIL free, costs much less (``bench/wake_floor.py``, shape ``uvloop-thread``)
 schedule RFC 9568 §6.4.3 gives the Active's Adver_Timer is kept here, and the loop wakes
 only for what arrives.
 
-What it must not do: decide anything. The tick it runs (``vrrp.driver.timers.Timers.paced_tick``) is
-the machine's own ``advert_tick``, under the same lock as every loop callback of the
+What it must not do: decide anything. The tick it runs
+(``vrrp.driver.timers.Timers.paced_tick``) is the machine's own Adver_Timer
+(``vrrp.driver.timers.steady_advert``), under the same lock as every loop callback of the
 driver, and whatever is not a steady advert (a contest to end, a tick woken later than an
 interval, a takeover, no socket) goes back to the loop. It does not feed the loop's
 heartbeat either: the heartbeat says the loop is alive, and only the loop can say that.

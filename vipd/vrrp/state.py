@@ -3,14 +3,22 @@
 What it is: RFC 9568 §6 (VRRPv3; "Active" is the RFC's new word for "Master") and RFC 3768
 §6 (VRRPv2) for a router that never owns the virtual address (priority 1..254), with the
 behaviour choices of keepalived 2.2.7 where the RFCs leave room. A :class:`Machine` is fed
-three kinds of input: a received advert (:meth:`Machine.on_advert`), the expiry of its single
-timer (:meth:`Machine.on_timer`) and commands and events from the shell (:meth:`Machine.start`,
-:meth:`Machine.set_priority`, :meth:`Machine.shutdown`, :meth:`Machine.link_down`,
-:meth:`Machine.link_up`). Each call returns a list of actions
-(:class:`SendAdvert`, :class:`BecomeActive`, :class:`BecomeBackup`, :class:`Announce`,
-:class:`ContestLost`) that the
-shell performs in order, and leaves :attr:`Machine.deadline` set to the time at which the shell
-must call :meth:`Machine.on_timer` next.
+RFC 9568 §6.4's events and nothing else: Startup (:meth:`Machine.start`,
+:meth:`Machine.link_up`), Shutdown (:meth:`Machine.shutdown`, :meth:`Machine.link_down`), an
+advert received (:meth:`Machine.on_advert`), its one timer firing (:meth:`Machine.on_timer`:
+the Master_Down_Timer in Backup, the Adver_Timer in Active) and a priority change
+(:meth:`Machine.set_priority`; a configuration change is a new :attr:`Machine.params`, read
+at the next event). Each call returns a list of actions (:class:`SendAdvert`,
+:class:`BecomeActive`, :class:`BecomeBackup`, :class:`Announce`, :class:`ContestLost`) that
+the shell performs in order, and leaves :attr:`Machine.deadline` set to the time at which the
+shell must call :meth:`Machine.on_timer` next.
+
+Where the parts are: the sub-states, events and every allowed move are data in
+``vrrp.transitions`` (the machine refuses a move the table lacks); the Backup's rules are
+``vrrp.backup``, the Active's ``vrrp.active``, the variables and moves ``vrrp.variables``, the
+timers' arithmetic ``vrrp.timing``, the configuration ``vrrp.params`` and the actions and
+reason labels ``vrrp.actions``. This module dispatches each event by sub-state and handles
+Startup, Shutdown and priority changes itself.
 
 What it must not do: any I/O. No sockets, no netlink, no clock, no asyncio, no logging. Time is
 always passed in as ``now``: float seconds of a monotonic clock. The shell validates adverts
@@ -76,14 +84,31 @@ the log line.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
-from ipaddress import IPv4Address, IPv6Address
+from vipd.vrrp.actions import (
+    REASON_LABELS,
+    Action,
+    Announce,
+    BecomeActive,
+    BecomeBackup,
+    ContestLost,
+    SendAdvert,
+    reason_label,
+)
+from vipd.vrrp.active import ActiveRules
+from vipd.vrrp.backup import BackupRules, backup_accepts
+from vipd.vrrp.params import IPAddress, Params
+from vipd.vrrp.timing import (
+    MAX_LEARNED_INTERVAL_FACTOR,
+    master_down_interval,
+    master_down_interval_us,
+    skew_time,
+    skew_time_us,
+)
+from vipd.vrrp.timing import check_priority as _check_priority
+from vipd.vrrp.transitions import ACTIVE_PHASES, IGNORED, Event, Phase, State, rank
+from vipd.vrrp.variables import NO_LEAD
 
-IPAddress = IPv4Address | IPv6Address
-
+# The names other modules have always imported from here (the machine's vocabulary).
 __all__ = [
     "MAX_LEARNED_INTERVAL_FACTOR",
     "REASON_LABELS",
@@ -95,8 +120,10 @@ __all__ = [
     "IPAddress",
     "Machine",
     "Params",
+    "Phase",
     "SendAdvert",
     "State",
+    "backup_accepts",
     "master_down_interval",
     "master_down_interval_us",
     "reason_label",
@@ -104,215 +131,13 @@ __all__ = [
     "skew_time_us",
 ]
 
-# How many advert intervals a backup waits before declaring the master down. Fixed by both
-# RFCs; keepalived's non-standard ``down_timer_adverts`` knob is deliberately not offered.
-DOWN_TIMER_ADVERTS = 3
 
-# A v3 Backup adopts the master's Max Adver Int (RFC 9568 §6.4.2) only up to this many times
-# its own configured interval. The advert is unauthenticated, so without a bound one forged
-# packet with 4095 cs stretches every backup's down timer to 3 x 40.95 s + skew. 4 keeps a
-# real peer at up to 12x our interval from flapping (3 x 4 = 12 intervals before the timer
-# runs out; keepalived's default 1 s against our 0.1 s is 10x), and caps what one forged
-# advert can cost at 3 x 4 x our interval + skew without a holder. See docs/design/vrrp.md
-# "Forged adverts".
-MAX_LEARNED_INTERVAL_FACTOR = 4
-
-# Stable first words of every reason string (see reason_label()).
-REASON_LABELS = frozenset(
-    {
-        "start",
-        "master-down",
-        "preempted",
-        "shutdown",
-        "lower-priority-advert",
-        "interface-down",
-        "interface-up",
-    }
-)
-
-_US_PER_S = 1_000_000
-_US_PER_CS = 10_000
-
-
-def _check_priority(priority: int, low: int, high: int, what: str = "priority") -> None:
-    # bool is an int subclass; True as a priority is a bug upstream, not priority 1.
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(f"{what} must be an int (got {priority!r})")
-    if not low <= priority <= high:
-        raise ValueError(f"{what} must be in {low}..{high} (got {priority})")
-
-
-def _check_version(version: int) -> None:
-    if version not in (2, 3):
-        raise ValueError(f"version must be 2 or 3 (got {version!r})")
-
-
-def skew_time_us(version: int, priority: int, master_adver_interval_cs: int) -> int:
-    """Skew_Time in whole microseconds, truncated exactly as keepalived's ``vrrp.h`` does.
-
-    v2 (RFC 3768 §6.1): ``(256 - priority) / 256`` s; the interval is not used.
-    v3 (RFC 9568 §6.1): ``(256 - priority) * interval / 256``, i.e. ``(256-p) * cs * 625 / 16``
-    µs. ``priority`` is the local router's priority (1..255).
-    """
-    _check_version(version)
-    _check_priority(priority, 1, 255)
-    _check_priority(master_adver_interval_cs, 1, 4095 if version == 3 else 25500, "interval_cs")
-    if version == 2:
-        return (256 - priority) * _US_PER_S // 256
-    return (256 - priority) * master_adver_interval_cs * 625 // 16
-
-
-def master_down_interval_us(version: int, priority: int, master_adver_interval_cs: int) -> int:
-    """Master_Down_Interval (RFC 9568: Active_Down_Interval) in whole microseconds."""
-    skew = skew_time_us(version, priority, master_adver_interval_cs)
-    return DOWN_TIMER_ADVERTS * master_adver_interval_cs * _US_PER_CS + skew
-
-
-def skew_time(version: int, priority: int, master_adver_interval_cs: int) -> float:
-    """Skew_Time in seconds (see :func:`skew_time_us`)."""
-    return skew_time_us(version, priority, master_adver_interval_cs) / _US_PER_S
-
-
-def master_down_interval(version: int, priority: int, master_adver_interval_cs: int) -> float:
-    """Master_Down_Interval in seconds: 3 x interval + Skew_Time (v2: the own interval)."""
-    return master_down_interval_us(version, priority, master_adver_interval_cs) / _US_PER_S
-
-
-def _address_greater(a: IPAddress, b: IPAddress) -> bool:
-    # RFC 9568 §6.4.3: compare the addresses as unsigned integers in network byte order,
-    # which is what int() of an ipaddress object is. Mixed families cannot be ranked; the
-    # transport only ever hands us one family per instance.
-    if a.version != b.version:
-        raise ValueError(f"cannot compare {a} with our address {b}: different families")
-    return int(a) > int(b)
-
-
-def reason_label(reason: str) -> str:
-    """The stable label of a reason string (the part before the first colon)."""
-    return reason.split(":", 1)[0]
-
-
-def _fmt_s(seconds: float) -> str:
-    # Six decimals (µs) without trailing zeros: "3.609375", "1", "0.0001".
-    text = f"{seconds:.6f}".rstrip("0").rstrip(".")
-    return "0" if text in ("", "-0") else text
-
-
-class State(Enum):
-    """RFC 9568 §6.4 states. ACTIVE is RFC 3768's MASTER; the value is usable as a label."""
-
-    INITIALIZE = "initialize"
-    BACKUP = "backup"
-    ACTIVE = "active"
-
-
-@dataclass(frozen=True, slots=True)
-class Params:
-    """Configuration of one virtual router on one node.
-
-    ``advert_interval_cs`` is in centiseconds: v3 carries 1..4095 cs on the wire; v2 carries
-    whole seconds, so it must be a multiple of 100 (1..255 s). ``primary_ip`` is the address
-    our adverts are sent from, used for the equal-priority tie-break (RFC 9568 §6.4.3).
-    ``preempt_delay`` (seconds, keepalived's knob) only makes sense with ``preempt``.
-    """
-
-    version: int
-    priority: int
-    advert_interval_cs: int
-    primary_ip: IPAddress
-    preempt: bool = True
-    preempt_delay: float = 0.0
-    # Make-before-break: seconds between our announcement and the advert that makes a live
-    # lower-priority master step down (preemption, a healed split brain). 0 = the same call.
-    preempt_lead: float = 0.002
-    # Start-up hold (see the module docstring): no preemption of a live master before this
-    # many seconds since start and this many adverts heard.
-    startup_hold: float = 0.5
-    startup_adverts: int = 3
-    # After a priority-0 advert: seconds between our advert and binding the VIP, for a
-    # better router's advert to reach us (equal priorities share one Skew_Time, so their
-    # timers fire together). The old master keeps the VIP until our announcement. 0 = the
-    # advert and the bind in the same call.
-    release_contest: float = 0.004
-
-    def __post_init__(self) -> None:
-        _check_version(self.version)
-        # 255 is the address owner, 0 means "resigning": neither is a configured priority here.
-        _check_priority(self.priority, 1, 254)
-        if self.version == 2:
-            _check_priority(self.advert_interval_cs, 100, 25500, "advert_interval_cs")
-            if self.advert_interval_cs % 100:
-                raise ValueError(
-                    "advert_interval_cs must be a multiple of 100 for VRRPv2, whose wire "
-                    f"format carries whole seconds (got {self.advert_interval_cs})"
-                )
-        else:
-            _check_priority(self.advert_interval_cs, 1, 4095, "advert_interval_cs")
-        if not isinstance(self.primary_ip, IPv4Address | IPv6Address):
-            raise TypeError(f"primary_ip must be an IP address (got {self.primary_ip!r})")
-        if not math.isfinite(self.preempt_delay) or self.preempt_delay < 0:
-            raise ValueError(f"preempt_delay must be >= 0 seconds (got {self.preempt_delay!r})")
-        if not math.isfinite(self.preempt_lead) or not 0 <= self.preempt_lead < 0.01:
-            raise ValueError(f"preempt_lead must be in [0, 0.01) s (got {self.preempt_lead!r})")
-        if not math.isfinite(self.release_contest) or not 0 <= self.release_contest < 0.01:
-            raise ValueError(
-                f"release_contest must be in [0, 0.01) s (got {self.release_contest!r})"
-            )
-        if not math.isfinite(self.startup_hold) or not 0 <= self.startup_hold <= 10:
-            raise ValueError(f"startup_hold must be in [0, 10] s (got {self.startup_hold!r})")
-        if isinstance(self.startup_adverts, bool) or not 0 <= self.startup_adverts <= 10:
-            raise ValueError(f"startup_adverts must be 0..10 (got {self.startup_adverts!r})")
-        if self.preempt_delay > 0 and not self.preempt:
-            raise ValueError(
-                "preempt_delay needs preempt=True (without preemption it never applies)"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class SendAdvert:
-    """Send one advertisement carrying ``priority`` (0 = we are resigning)."""
-
-    priority: int
-
-
-@dataclass(frozen=True, slots=True)
-class BecomeActive:
-    """We are the active router now: bind the VIP and announce it (after the advert)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class BecomeBackup:
-    """We are not active: make sure the VIP is not bound here (also at start: stale copies)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Announce:
-    """Still active, but another router thinks it is too: re-send gratuitous ARP / NA."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ContestLost:
-    """We advertised after a priority-0 advert, but a better router did too before we bound
-    the VIP: we stay a backup and never held it (nothing for the shell to undo)."""
-
-    reason: str
-
-
-Action = SendAdvert | BecomeActive | BecomeBackup | Announce | ContestLost
-
-
-class Machine:
+class Machine(BackupRules, ActiveRules):
     """One VRRP virtual router. Not thread-safe; the shell serialises all calls.
 
     Public attributes (read them, do not assign them):
 
-    - ``state``: :class:`State`.
+    - ``phase``: :class:`Phase`, the state and its sub-state; ``state`` is its :class:`State`.
     - ``priority``: our effective priority (the configured one until :meth:`set_priority`).
     - ``deadline``: when the shell must call :meth:`on_timer` (None in INITIALIZE). In BACKUP
       it is the master-down timer, in ACTIVE the advert timer.
@@ -323,83 +148,14 @@ class Machine:
     - ``last_advert_at``: arrival time of the last accepted advert (BACKUP only, else None).
     - ``state_since``: when the current state was entered.
     - ``last_reason``: the reason of the last transition or announcement.
-    - ``contest_pending``: BACKUP after a priority-0 advert, our advert sent, the VIP not
-      bound yet; ``deadline`` is when we bind it (``Params.release_contest``).
+    - ``contest_pending``: ``Phase.BACKUP_CONTEST``: our advert sent after a priority-0
+      advert, the VIP not bound yet; ``deadline`` is when we bind it.
+    - ``lead_pending``: announced, the advert that makes another router step down is due at
+      ``deadline`` (``Phase.ACTIVE_LEAD``, ``Phase.ACTIVE_CONTESTED_LEAD``).
     - ``own_ip_adverts``: adverts ignored because they carried our own source address.
     """
 
-    def __init__(self, params: Params) -> None:
-        self.params = params
-        self.state = State.INITIALIZE
-        self.priority = params.priority
-        self.deadline: float | None = None
-        self.master_ip: IPAddress | None = None
-        self.master_priority: int | None = None
-        self.master_adver_interval_cs = params.advert_interval_cs
-        self.last_advert_at: float | None = None
-        self.state_since: float | None = None
-        self.last_reason = ""
-        self.own_ip_adverts = 0
-        # BACKUP bookkeeping, kept so the takeover reason can say what happened.
-        self._backup_since = 0.0
-        # A priority-0 advert armed the short (skew) timer: (sender, arrival time).
-        self._released: tuple[IPAddress, float] | None = None
-        # Last lower-priority advert we discarded: (sender, priority, arrival time).
-        self._discarded: tuple[IPAddress, int, float] | None = None
-        # preempt_delay window: started by the first lower-priority advert in this BACKUP
-        # period, cleared by an advert of priority >= ours (keepalived "stop preempt delay").
-        self._preempt_window_start: float | None = None
-        # ACTIVE: we answered a lower-priority advert and have not re-announced since the
-        # contest ended (see on_timer).
-        self._contested: tuple[IPAddress, int] | None = None
-        # ACTIVE: announced, the advert that makes the other master step down is due at
-        # the deadline (make-before-break).
-        self.lead_pending = False
-        # BACKUP after a priority-0 advert: our advert is out, the bind is due at the
-        # deadline unless a better router advertises first; the takeover's reason.
-        self._contest: str | None = None
-        # BACKUP after start / link up: adverts heard so far (None: no hold), and until when.
-        self._startup_heard: int | None = None
-        self._hold_until = 0.0
-
-    def __repr__(self) -> str:
-        return (
-            f"Machine(v{self.params.version} {self.params.primary_ip} prio {self.priority} "
-            f"{self.state.value} deadline={self.deadline} master={self.master_ip})"
-        )
-
-    # ------------------------------------------------------------------ derived numbers
-
-    @property
-    def contest_pending(self) -> bool:
-        """Advertised after a priority-0 advert; the bind waits for the contest window."""
-        return self._contest is not None
-
-    @property
-    def skew(self) -> float:
-        """Our current Skew_Time in seconds (own priority, current Master_Adver_Interval)."""
-        return skew_time(self.params.version, self.priority, self.master_adver_interval_cs)
-
-    @property
-    def mdi(self) -> float:
-        """Our current Master_Down_Interval in seconds."""
-        return master_down_interval(
-            self.params.version, self.priority, self.master_adver_interval_cs
-        )
-
-    @property
-    def advert_interval(self) -> float:
-        """Our own advertisement interval in seconds."""
-        return self.params.advert_interval_cs / 100
-
-    def _mdi_text(self) -> str:
-        return (
-            f"MDI {_fmt_s(self.mdi)} s = {DOWN_TIMER_ADVERTS} x "
-            f"{_fmt_s(self.master_adver_interval_cs / 100)} s + skew {_fmt_s(self.skew)} s "
-            f"at our prio {self.priority}"
-        )
-
-    # ------------------------------------------------------------------ commands
+    # ------------------------------------------------------------------ Startup, Shutdown
 
     def start(self, now: float) -> list[Action]:
         """INITIALIZE -> BACKUP; the down timer starts (RFC 9568 §6.4.1, non-owner branch).
@@ -409,13 +165,12 @@ class Machine:
         any other demotion. The effective priority is kept across shutdown/start: it is the
         health gate's to change, not the lifecycle's.
         """
-        if self.state is not State.INITIALIZE:
+        if self.phase is not Phase.INITIALIZE:
             raise RuntimeError(f"start() called in state {self.state.value}")
         self.master_adver_interval_cs = self.params.advert_interval_cs
         self.master_ip = None
         self.master_priority = None
-        self._enter_backup(now)
-        self._startup_heard = 0
+        self._enter_backup(now, Event.STARTUP, Phase.BACKUP_STARTING)
         self._hold_until = now + self.params.startup_hold
         self.deadline = now + self.mdi
         reason = f"start: entering backup, waiting {self._mdi_text()}"
@@ -424,13 +179,11 @@ class Machine:
 
     def shutdown(self, now: float) -> list[Action]:
         """Stop: ACTIVE sends priority 0 then drops the VIP; any state ends in INITIALIZE."""
-        was = self.state
-        advertised = was is State.ACTIVE or self._contest is not None
-        self.state = State.INITIALIZE
+        advertised = self.phase in ACTIVE_PHASES or self.phase is Phase.BACKUP_CONTEST
+        self._go(Event.SHUTDOWN, Phase.INITIALIZE)
         self.state_since = now
         self.deadline = None
-        self.lead_pending = False
-        self._contest = None
+        self._contest_reason = ""
         self._contested = None
         self.master_ip = None
         self.master_priority = None
@@ -462,12 +215,14 @@ class Machine:
     def link_up(self, now: float) -> list[Action]:
         """The interface came up: a Startup event (RFC 9568 §6.4.1), as `start` but with its
         own reason; nothing happens unless the machine is out of the election."""
-        if self.state is not State.INITIALIZE:
+        if Event.STARTUP in IGNORED[self.phase]:
             return []
         self.start(now)
         reason = f"interface-up: the link is up, entering backup, waiting {self._mdi_text()}"
         self.last_reason = reason
         return [BecomeBackup(reason)]
+
+    # ------------------------------------------------------------------ priority change
 
     def set_priority(self, now: float, priority: int) -> list[Action]:
         """Change our effective priority (health gating). 1..254.
@@ -478,7 +233,8 @@ class Machine:
         ``vrrp_set_effective_priority`` moves it by the down-interval difference, which is
         the same thing in the normal case; after a priority-0 advert keepalived compares the
         skew it armed with a full down interval and so adds 3 x interval to a pending
-        release takeover, which we consider a bug and do not copy.
+        release takeover, which we consider a bug and do not copy. (A release contest's
+        deadline is the bind, not a skew: it stays.)
 
         ACTIVE: keepalived just lets the next periodic advert carry the new priority. We send
         one at once (and restart the advert timer) so peers see the change within one
@@ -487,140 +243,38 @@ class Machine:
         priority change; the health checker's rise/fall already debounces changes.
         """
         _check_priority(priority, 1, 254)
-        old = self.priority
-        if priority == old:
+        if priority == self.priority:
             return []
-        if self.state is State.BACKUP and self.deadline is not None and self._contest is None:
-            # (A pending contest's deadline is the bind, not a skew: it stays.)
+        phase = self.phase
+        if phase in (Phase.BACKUP_STARTING, Phase.BACKUP) and self.deadline is not None:
             old_skew = self.skew
             self.priority = priority
             self.deadline += self.skew - old_skew
+            self._go(Event.PRIORITY, phase)
             return []
         self.priority = priority
-        if self.state is State.ACTIVE:
-            self.master_priority = priority
-            self.lead_pending = False
-            self.deadline = now + self.advert_interval
-            return [SendAdvert(priority)]
-        return []
-
-    # ------------------------------------------------------------------ events
-
-    @property
-    def advert_only(self) -> bool:
-        """Active, and its next timer event is an advert and nothing else (``advert_tick``
-        takes it): no contest to end at the next tick."""
-        return self.state is State.ACTIVE and (self._contested is None or self.lead_pending)
-
-    def advert_tick(self, now: float) -> int | None:
-        """The Active's Adver_Timer when it only sends an advert (RFC 9568 §6.4.3): restart
-        the timer and return the priority to advertise, exactly as ``on_timer(now)`` would
-        with ``[SendAdvert(priority)]``, without building the actions (the steady state's
-        hundred ticks a second at 0.01 s). Anything else (not Active, not due, a contest
-        to end) changes nothing and returns None: ``on_timer`` decides that."""
-        if (
-            self.state is not State.ACTIVE
-            or self.deadline is None
-            or now < self.deadline
-            or (self._contested is not None and not self.lead_pending)
-        ):
-            return None
-        # When the shell is late we restart from now rather than catching up in a burst.
+        if phase not in ACTIVE_PHASES:
+            self._go(Event.PRIORITY, phase)
+            return []
+        self.master_priority = priority
+        self._go(Event.PRIORITY, NO_LEAD[phase])  # this advert is the lead's too
         self.deadline = now + self.advert_interval
-        # A preempting lead's advert is this one; a contest still open ends on a later tick.
-        self.lead_pending = False
-        return self.priority
+        return [SendAdvert(priority)]
+
+    # ------------------------------------------------------------------ timers
 
     def on_timer(self, now: float) -> list[Action]:
-        """The deadline passed. Early or stray calls (``now < deadline``) are ignored."""
+        """The deadline passed: the Adver_Timer (Active) or the Master_Down_Timer (Backup)
+        fired. Early or stray calls (``now < deadline``) are ignored."""
         if self.deadline is None or now < self.deadline:
             return []
-        if self.state is State.ACTIVE:
-            priority = self.advert_tick(now)
-            if priority is not None:
-                return [SendAdvert(priority)]
-            self.deadline = now + self.advert_interval
-            assert self._contested is not None  # advert_tick took every other Active tick
-            # Every lower-priority advert restarts this timer, so a tick means a whole
-            # interval without one: the other router stepped down. Announce once more, so
-            # a gratuitous ARP it sent after ours (the two cross on the wire) cannot leave
-            # the clients on a MAC that no longer answers for the VIP.
-            src, prio = self._contested
-            self._contested = None
-            reason = (
-                f"lower-priority-advert: contest over, {src} (prio {prio}) quiet for "
-                f"{_fmt_s(self.advert_interval)} s; announcing once more"
-            )
-            self.last_reason = reason
-            return [SendAdvert(self.priority), Announce(reason)]
-        if self._contest is not None:
-            # The contest window after our advert passed without a better router's advert
-            # (the shell read the socket up to now): bind and announce, then advertise
-            # again. The old master lets go on our announcement (IPv4) or this second advert
-            # (IPv6, whose announcements it does not watch), so the clients never wait on a
-            # descheduled process between our bind and its release.
-            reason = self._contest
-            self._contest = None
-            self._become_active(now, reason)
-            self.deadline = now + self.advert_interval
-            return [BecomeActive(reason), SendAdvert(self.priority)]
-        # BACKUP: Master_Down_Timer fired (RFC 9568 §6.4.2) -> become active.
-        interval = self.master_adver_interval_cs / 100
-        live = self._discarded is not None and now - self._discarded[2] <= 2 * interval
-        if live and self._startup_heard is not None:
-            # Start-up hold: a live master keeps the VIP until we are warm (bounded).
-            if now < self._hold_until:
-                self.deadline = self._hold_until
-                return []
-            # Counted, but bounded from our start: a master whose first advert comes just
-            # before our down timer (it started moments before us) must not hold us for
-            # another ``startup_adverts`` intervals of its own.
-            warm_by = self._backup_since + self.params.startup_adverts * interval
-            if self._startup_heard < self.params.startup_adverts and now < warm_by:
-                self.deadline = min(now + interval, warm_by)
-                return []
-        held = self._startup_heard is not None and now > self._backup_since + self.mdi
-        self._startup_heard = None
-        lead = self.params.preempt_lead if live else 0.0
-        released = self._released is not None
-        details = self._down_details(now)
-        if live and held:
-            details += (
-                f"; held after start for {_fmt_s(now - self._backup_since)} s (start-up hold "
-                f"{_fmt_s(self.params.startup_hold)} s, {self.params.startup_adverts} adverts)"
-            )
-        if live:
-            details += f"; make-before-break: announcing first, advertising {_fmt_s(lead)} s later"
-        contest = self.params.release_contest
-        if released and contest > 0:
-            # The old master resigned and keeps the VIP (quiet) until it hears our advert
-            # and sees our announcement. The advert goes first: it stops the other
-            # backups' skew timers, and one of our priority fired with us (one Skew_Time
-            # for all of them); its advert reaching us inside the window decides, by the
-            # RFC 9568 §6.4.3 ranking, which of us binds, so the VIP is never on both.
-            details += (
-                f"; advertised first, binding after a {_fmt_s(contest)} s contest window "
-                "without a better router's advert"
-            )
-            self._contest = self.last_reason = f"master-down: {details}"
-            self.deadline = now + contest
-            return [SendAdvert(self.priority)]
-        reason = f"master-down: {details}"
-        self._become_active(now, reason)
-        if released or not live:
-            # RFC order: the advert first. The old master is presumed dead, so there are no
-            # clients to keep; the advert stops the other backups' timers at once. (After a
-            # priority-0 advert with no contest window, the same.)
-            self.deadline = now + self.advert_interval
-            return [SendAdvert(self.priority), BecomeActive(reason)]
-        # Make-before-break: the old master is alive and answers the clients until it hears
-        # our advert, so our gratuitous ARP goes first and the advert after it.
-        if lead == 0:
-            self.deadline = now + self.advert_interval
-            return [BecomeActive(reason), SendAdvert(self.priority)]
-        self.lead_pending = True
-        self.deadline = now + lead
-        return [BecomeActive(reason)]
+        if self.phase in ACTIVE_PHASES:
+            return self._adver_timer(now)
+        if self.phase is Phase.BACKUP_CONTEST:
+            return self._contest_won(now)
+        return self._master_down(now)
+
+    # ------------------------------------------------------------------ adverts
 
     def on_advert(
         self, now: float, src: IPAddress, priority: int, interval_cs: int
@@ -638,221 +292,14 @@ class Machine:
             # way it must not take part in the election (it would tie with ourselves).
             self.own_ip_adverts += 1
             return []
-        if self.state is State.BACKUP:
-            return self._backup_rx(now, src, priority, interval_cs)
-        if self.state is State.ACTIVE:
-            return self._active_rx(now, src, priority, interval_cs)
-        return []  # INITIALIZE: not participating.
-
-    def follows_quietly(self, src: IPAddress, priority: int) -> bool:
-        """A Backup that accepts ``src``'s advert at ``priority`` as its master's (it may not
-        preempt it, and no release contest is open): the advert only restarts its down timer
-        (RFC 9568 §6.4.2) and asks for no action."""
-        p = self.params
-        return (
-            self.state is State.BACKUP
-            and self._contest is None
-            and priority > 0
-            and src != p.primary_ip
-            and (not p.preempt or priority >= self.priority)
-        )
-
-    def on_advert_copies(
-        self,
-        times: Sequence[float],
-        src: IPAddress,
-        priority: int,
-        interval_cs: int,
-    ) -> list[Action]:
-        """``on_advert`` for one advert received at each of ``times`` (oldest first): the
-        same state and actions as one call per time, in that order.
-
-        A Backup that accepts the advert (the master's, when it may not preempt it) only
-        restarts its down timer from each arrival and counts it, so the run comes down to
-        its last one, counted for all; anything else takes the arrivals one by one."""
-        if not times:
+        phase = self.phase
+        if phase is Phase.INITIALIZE:
+            return []  # not participating (IGNORED), whatever its rank
+        event = rank(priority, src, self.priority, self.params.primary_ip)
+        if event in IGNORED[phase]:
             return []
-        if self.follows_quietly(src, priority):
-            actions = self.on_advert(times[-1], src, priority, interval_cs)
-            if self._startup_heard is not None:
-                # on_advert counted the last one
-                self._startup_heard += len(times) - 1
-            return actions
-        out: list[Action] = []
-        for at in times:
-            out += self.on_advert(at, src, priority, interval_cs)
-        return out
-
-    # ------------------------------------------------------------------ internals
-
-    def _enter_backup(self, now: float) -> None:
-        self._contest = None
-        self._contested = None
-        self.lead_pending = False
-        self._startup_heard = None
-        self.state = State.BACKUP
-        self.state_since = now
-        self._backup_since = now
-        self.last_advert_at = None
-        self._released = None
-        self._discarded = None
-        self._preempt_window_start = None
-
-    def _become_active(self, now: float, reason: str) -> None:
-        self.state = State.ACTIVE
-        self.state_since = now
-        self.last_reason = reason
-        self.master_ip = self.params.primary_ip
-        self.master_priority = self.priority
-        self.master_adver_interval_cs = self.params.advert_interval_cs
-        self.last_advert_at = None
-        self._released = None
-        self._discarded = None
-        self._preempt_window_start = None
-
-    def _learn(self, now: float, src: IPAddress, priority: int, interval_cs: int) -> None:
-        # RFC 9568 §6.4.2: v3 sets Master_Adver_Interval from the advert; v2 has no such
-        # variable (the interval must match ours, enforced by the packet checks). Clamped:
-        # a forged advert must not stretch our down timer without bound.
-        if self.params.version == 3:
-            bound = MAX_LEARNED_INTERVAL_FACTOR * self.params.advert_interval_cs
-            self.master_adver_interval_cs = min(interval_cs, bound)
-        self.master_ip = src
-        self.master_priority = priority
-        self.last_advert_at = now
-        self._released = None
-        self.deadline = now + self.mdi
-
-    def _backup_rx(
-        self, now: float, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        if self._contest is not None:
-            return self._contest_rx(now, src, priority, interval_cs)
-        if priority == 0:
-            # The master resigned: take over after Skew_Time, so the highest-priority backup
-            # (smallest skew) wins without waiting for a down interval. The interval in a
-            # priority-0 advert is not adopted (RFC 9568 §6.4.2, keepalived alike).
-            self._released = (src, now)
-            self.deadline = now + self.skew
-            return []
-        p = self.params
-        if self._startup_heard is not None:
-            self._startup_heard += 1  # whoever sent it: the process has been up for it
-        if not p.preempt or priority >= self.priority:
-            if priority >= self.priority:
-                self._preempt_window_start = None
-            self._discarded = None
-            self._learn(now, src, priority, interval_cs)
-            return []
-        # Lower priority and we may preempt.
-        if p.preempt_delay > 0:
-            if self._preempt_window_start is None:
-                self._preempt_window_start = now
-            if now < self._preempt_window_start + p.preempt_delay:
-                # Still inside the delay: behave as if preemption were off for now.
-                self._learn(now, src, priority, interval_cs)
-                return []
-        # Discard: the down timer keeps running from the last accepted advert and we
-        # preempt when it fires (keepalived "received lower priority advert - discarding").
-        self._discarded = (src, priority, now)
-        return []
-
-    def _contest_rx(
-        self, now: float, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        # Inside the contest window our advert is out and the VIP not bound. A better
-        # router (RFC 9568 §6.4.3: higher priority, or equal from a greater address) wins:
-        # we follow it and never bind. A worse one steps down on our advert; another
-        # priority-0 advert changes nothing (our advert answered it already).
-        own = self.params.primary_ip
-        if priority < self.priority or (
-            priority == self.priority and not _address_greater(src, own)
-        ):
-            return []
-        self._contest = None
-        self._released = None
-        self._learn(now, src, priority, interval_cs)
-        rank = "higher priority" if priority > self.priority else "equal priority, higher address"
-        reason = (
-            f"master-down: contest lost to {src} (prio {priority}, {rank}; ours "
-            f"{self.priority}) before binding the VIP; backup, {self._mdi_text()}"
-        )
-        self.last_reason = reason
-        return [ContestLost(reason)]
-
-    def _active_rx(
-        self, now: float, src: IPAddress, priority: int, interval_cs: int
-    ) -> list[Action]:
-        own = self.params.primary_ip
-        if priority == 0:
-            # Someone else resigned while we are active (e.g. after a split brain): advertise
-            # at once so the backups, whose skew timers just started, see we are here.
-            self.lead_pending = False
-            self.deadline = now + self.advert_interval
-            return [SendAdvert(self.priority)]
-        if priority > self.priority:
-            why = f"advert from {src} with higher priority {priority}, ours {self.priority}"
-        elif priority == self.priority and _address_greater(src, own):
-            why = (
-                f"advert from {src} with equal priority {priority} and a higher address "
-                f"than ours ({own})"
-            )
-        else:
-            if priority == self.priority:
-                what = f"equal priority {priority} and a lower address than ours ({own})"
-            else:
-                what = f"lower priority {priority}, ours {self.priority}"
-            reason = (
-                f"lower-priority-advert: from {src} with {what}; "
-                "advertised at once to force a new election"
-            )
-            self.last_reason = reason
-            self._contested = (src, priority)
-            # RFC 9568 §6.4.3 (new in RFC 9568 against RFC 5798): send an advert immediately so
-            # the other router, which believes it is active, steps down now rather than at
-            # our next periodic advert. Make-before-break: re-announce first (it may have
-            # moved the traffic), and the advert preempt_lead later, so the clients are back
-            # before it stops answering.
-            lead = self.params.preempt_lead
-            if lead == 0:
-                self.deadline = now + self.advert_interval
-                return [Announce(reason), SendAdvert(self.priority)]
-            if self.lead_pending:
-                return []  # announced and the advert is due: a second one changes nothing
-            self.lead_pending = True
-            self.deadline = now + lead
-            return [Announce(reason)]
-        self._enter_backup(now)
-        self._learn(now, src, priority, interval_cs)
-        reason = f"preempted: {why}; now backup, {self._mdi_text()}"
-        self.last_reason = reason
-        return [BecomeBackup(reason)]
-
-    def _down_details(self, now: float) -> str:
-        """Why the down timer fired, with the numbers (for BecomeActive's reason)."""
-        if self._released is not None:
-            src, at = self._released
-            return (
-                f"{src} resigned (priority-0 advert {_fmt_s(now - at)} s ago), "
-                f"skew {_fmt_s(self.skew)} s at our prio {self.priority}"
-            )
-        if self.last_advert_at is None:
-            text = (
-                f"no advert in {_fmt_s(now - self._backup_since)} s since entering backup, "
-                f"{self._mdi_text()}"
-            )
-        else:
-            text = (
-                f"last advert from {self.master_ip} (prio {self.master_priority}, interval "
-                f"{_fmt_s(self.master_adver_interval_cs / 100)} s) "
-                f"{_fmt_s(now - self.last_advert_at)} s ago, {self._mdi_text()}"
-            )
-        if self._discarded is not None:
-            src, prio, at = self._discarded
-            text += (
-                f"; preempting {src} (prio {prio} < ours {self.priority}, last seen "
-                f"{_fmt_s(now - at)} s ago)"
-            )
-            if self._preempt_window_start is not None:
-                text += f" after preempt_delay {_fmt_s(self.params.preempt_delay)} s"
-        return text
+        if phase in ACTIVE_PHASES:
+            return self._active_rx(now, event, src, priority, interval_cs)
+        if phase is Phase.BACKUP_CONTEST:
+            return self._contest_lost(now, src, priority, interval_cs)
+        return self._backup_rx(now, event, src, priority, interval_cs)

@@ -20,6 +20,10 @@ DaemonSet uses its ServiceAccount). */}}
 {{- range $key := list "garp" "log" "health" "ipvs" "metrics" }}
 {{- if not (kindIs "invalid" (index $v $key)) }}{{ $_ := set $cfg $key (index $v $key) }}{{ end }}
 {{- end -}}
+{{- if not (kindIs "invalid" $v.membership) }}
+{{- $m := omit $v.membership "kubeconfig" -}}
+{{- if $m }}{{ $_ := set $cfg "membership" $m }}{{ end -}}
+{{- end -}}
 {{- if and (hasKey $cfg "ipvs") (hasKey $cfg.ipvs "discovery") }}
 {{- $ipvs := deepCopy $cfg.ipvs -}}
 {{- $_ := set $ipvs "discovery" (omit $ipvs.discovery "kubeconfig") -}}
@@ -39,6 +43,21 @@ DaemonSet uses its ServiceAccount). */}}
 {{- if and $ipvs.enabled $disc.enabled }}true{{ end -}}
 {{- end -}}
 
+{{/* The membership sources some *_from key follows (vipd.membership), as "endpointslices"
+and/or "nodes" in one string (empty: none). */}}
+{{- define "vipd.membershipSources" -}}
+{{- $v := .Values -}}
+{{- $lists := list -}}
+{{- $vrrp := default dict (default dict $v.election).vrrp -}}
+{{- if ne (default "vrrp" $v.election.mode) "lease" }}{{ $lists = append $lists (default list $vrrp.unicast_peers_from) }}{{ end -}}
+{{- if not (kindIs "invalid" $v.health) }}{{ $lists = append $lists (default list (default dict $v.health).peers_from) }}{{ end -}}
+{{- $ipvs := default dict $v.ipvs -}}
+{{- if $ipvs.enabled }}{{ $lists = append $lists (default list $ipvs.backends_from) }}{{ end -}}
+{{- $all := list -}}
+{{- range $lists }}{{ $all = concat $all . }}{{ end -}}
+{{- range $s := list "endpointslices" "nodes" }}{{ if has $s $all }}{{ $s }} {{ end }}{{ end -}}
+{{- end -}}
+
 {{/* metrics.auth is token: the endpoint asks the API server about scrapers' tokens. */}}
 {{- define "vipd.metricsAuth" -}}
 {{- $m := default dict .Values.metrics -}}
@@ -48,7 +67,7 @@ DaemonSet uses its ServiceAccount). */}}
 {{/* The pods use the Kubernetes API (the Lease, IPVS discovery, or the endpoint's token
 reviews): a ServiceAccount. */}}
 {{- define "vipd.usesApi" -}}
-{{- if or (include "vipd.leaseMode" .) (include "vipd.discovery" .) (include "vipd.metricsAuth" .) }}true{{ end -}}
+{{- if or (include "vipd.leaseMode" .) (include "vipd.discovery" .) (include "vipd.metricsAuth" .) (include "vipd.membershipSources" .) }}true{{ end -}}
 {{- end -}}
 
 {{- define "vipd.image" -}}

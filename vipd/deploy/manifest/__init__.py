@@ -38,6 +38,9 @@ What the objects guarantee (asserted in tests/unit/test_manifest.py):
   mounts the same kubeconfig, the DaemonSet's ServiceAccount may list and watch
   EndpointSlices in default. VRRP mode without discovery needs no API access: no RBAC, no
   token, no kubeconfig.
+- Membership (a ``*_from`` key, ``vipd.membership``): the same kubeconfig or ServiceAccount;
+  list and watch of EndpointSlices in default and/or of Nodes (a ClusterRole: Nodes are
+  cluster-scoped).
 
 Names: every object is named after ``Options.name`` (``--name``, default ``vipd``): the static
 pod (and so its mirror pods, ``<name>-<node>``), its file (``/etc/kubernetes/manifests/

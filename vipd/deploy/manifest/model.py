@@ -126,16 +126,31 @@ class Plan:
     # files the config names on the node (health.ca_file, the auth_hmac key files...)
     host_files: tuple[str, ...] = ()
     discovery: bool = False  # IPVS discovery reads the default/kubernetes EndpointSlices
+    # the sources the *_from keys follow (vipd.membership): "endpointslices", "nodes"
+    membership: tuple[str, ...] = ()
     metrics_auth: bool = False  # metrics.auth: token (TokenReview, SubjectAccessReview)
     metrics_tls: bool = False  # metrics.cert_file: the endpoint (and so the probes) is HTTPS
 
     @property
     def uses_api(self) -> bool:
         """The Kubernetes API is used: the Lease, IPVS discovery, or the endpoint's tokens."""
-        return self.lease is not None or self.discovery or self.metrics_auth
+        return (
+            self.lease is not None or self.discovery or self.metrics_auth or bool(self.membership)
+        )
 
 
 # -- from the config -------------------------------------------------------------------------
+
+
+def _membership_sources(cfg: config.Config) -> tuple[str, ...]:
+    """The sources some ``*_from`` key follows, in the order of ``config.MEMBERSHIP_SOURCES``."""
+    lists = [cfg.health.peers_from if cfg.health is not None else ()]
+    if cfg.election.mode == "vrrp":
+        lists.append(cfg.election.vrrp.unicast_peers_from)
+    if cfg.ipvs.enabled:
+        lists.append(cfg.ipvs.backends_from)
+    wanted = {s for sources in lists for s in sources}
+    return tuple(s for s in config.MEMBERSHIP_SOURCES if s in wanted)
 
 
 def plan(data: object) -> Plan:
@@ -173,6 +188,7 @@ def plan(data: object) -> Plan:
         )
         + _auth_key_files(cfg),
         discovery=cfg.ipvs.enabled and cfg.ipvs.discovery.enabled,
+        membership=_membership_sources(cfg),
         metrics_auth=cfg.metrics.auth == "token",
         metrics_tls=cfg.metrics.cert_file is not None,
     )

@@ -147,7 +147,23 @@ def _pod_config_for_static(p: Plan) -> Plan:
         text = _with_kubeconfig(text, KUBECONFIG_IN_POD)
     if p.discovery:
         text = _with_discovery_kubeconfig(text, KUBECONFIG_IN_POD)
+    if p.membership:
+        text = _with_membership_kubeconfig(text, KUBECONFIG_IN_POD)
     return _replace_text(p, text)
+
+
+def _with_membership_kubeconfig(text: str, path: str | None) -> str:
+    data = yaml.safe_load(text)
+    section = dict(data.get("membership") or {})
+    if path is None:
+        section.pop("kubeconfig", None)
+    else:
+        section["kubeconfig"] = path
+    if section:
+        data["membership"] = section
+    else:
+        data.pop("membership", None)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 def _with_discovery_kubeconfig(text: str, path: str | None) -> str:
@@ -170,6 +186,8 @@ def _pod_config_for_daemonset(p: Plan) -> Plan:
         text = _with_kubeconfig(text, None)
     if p.discovery:
         text = _with_discovery_kubeconfig(text, None)
+    if p.membership:
+        text = _with_membership_kubeconfig(text, None)
     return _replace_text(p, text)
 
 

@@ -1,5 +1,6 @@
 """The DaemonSet's ServiceAccount, Roles and RoleBindings: its own Lease, the
-EndpointSlices of IPVS discovery, the endpoint's token reviews; nothing when vipd uses no
+EndpointSlices of IPVS discovery and membership, the control-plane Nodes of membership
+(``vipd.membership``), the endpoint's token reviews; nothing when vipd uses no
 Kubernetes API.
 
 What it must not do: grant more than the agent uses (a Lease by name wherever RBAC can
@@ -36,11 +37,11 @@ def rbac(p: Plan, opts: Options) -> list[dict[str, Any]]:
     rules: dict[str, list[dict[str, Any]]] = {}
     if p.lease is not None:
         rules.setdefault(p.lease.namespace, []).extend(_lease_rules(p.lease))
-    if p.discovery:
+    if p.discovery or "endpointslices" in p.membership:
         rules.setdefault("default", []).append(
             {
-                # IPVS discovery lists the default/kubernetes EndpointSlices (selected by
-                # label, so not narrowable by name) and may watch them.
+                # IPVS discovery and membership list the default/kubernetes EndpointSlices
+                # (selected by label, so not narrowable by name) and may watch them.
                 "apiGroups": ["discovery.k8s.io"],
                 "resources": ["endpointslices"],
                 "verbs": ["list", "watch"],
@@ -48,9 +49,38 @@ def rbac(p: Plan, opts: Options) -> list[dict[str, Any]]:
         )
     for ns, ns_rules in rules.items():
         out += _role_and_binding(ns, ns_rules, opts, labels)
+    if "nodes" in p.membership:
+        out += _nodes_role(opts, labels)
     if p.metrics_auth:
         out += _metrics_auth_role(opts, labels)
     return out
+
+
+def _nodes_role(opts: Options, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """Membership from the control-plane Nodes: list and watch nodes (cluster-scoped, and
+    selected by label, so neither a namespace nor a name narrows it)."""
+    name = f"{opts.name}-nodes"
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": opts.name, "namespace": opts.namespace}
+            ],
+        },
+    ]
 
 
 def _metrics_auth_role(opts: Options, labels: dict[str, str]) -> list[dict[str, Any]]:

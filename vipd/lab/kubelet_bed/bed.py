@@ -12,6 +12,13 @@ way docs/install.md tells a user to:
    up yet), and kubeadm's wait for the API server through the VIP succeeds;
 2. n2 and n3 get the same static pod and ``kubeadm join --control-plane`` through the VIP.
 
+With ``bootstrap="kube-vip"`` (Lease election only) the static pod is kube-vip's instead, as
+``kube-vip manifest pod`` (the real binary ``scripts/setup-kube`` builds) prints it for the
+bed's VIP and timings, its image a local one holding that binary; vipd's config is then what
+``vipd import kube-vip`` makes of that manifest (kube-vip's own Lease, ``plndr-cp-lock``) and
+its DaemonSet's ``adopt`` removes ``kube-vip.yaml``: the migration docs/operations.md
+describes ("Replacing kube-vip").
+
 The kubeadm config (``init_config``/``join_config``, pure) is what a user of this sandbox
 would write: the images kubeadm lists are imported beforehand (``imagePullPolicy: Never``),
 the CoreDNS and kube-proxy addons are disabled (no pod network here; nothing in the bed
@@ -52,6 +59,7 @@ from vipd.lab.responder import Responder
 from vipd.lab.topology import VIP4, Lab, LabError, Node, python_argv, python_env
 
 Election = Literal["vrrp", "lease"]
+Bootstrap = Literal["vipd", "kube-vip"]
 API_PORT = 6443
 POD_SUBNET = "10.244.0.0/16"
 SERVICE_SUBNET = "10.96.0.0/12"
@@ -61,6 +69,8 @@ VIPD_IMAGE = "localhost/vipd:kubelet-bed"
 VIPD_IMAGE_NEXT = "localhost/vipd:kubelet-bed-next"
 # An image no node has and no registry serves: DaemonSet pods that never come up.
 VIPD_IMAGE_MISSING = "localhost/vipd:kubelet-bed-missing"
+# kube-vip's binary in a scratch image: kube-vip's own manifest with this image and no pull
+KUBE_VIP_IMAGE = "localhost/kube-vip:kubelet-bed"
 DAEMONSET_SELECTOR = "app.kubernetes.io/component=daemonset"
 LEASE_TIMING = {"duration": 5, "renew_deadline": 3.0, "retry_period": 1.0}
 SUPER_ADMIN_CONF = "/etc/kubernetes/super-admin.conf"
@@ -215,8 +225,13 @@ class KubeletBed:
         prefix: str | None = None,
         workdir: Path | None = None,
         keep: bool = False,
+        bootstrap: Bootstrap = "vipd",
     ) -> None:
+        if bootstrap == "kube-vip" and election != "lease":
+            raise ValueError("the kube-vip bootstrap is for Lease election (kube-vip's Lease)")
         self.election = election
+        self.bootstrap = bootstrap
+        self.static_name = "vipd" if bootstrap == "vipd" else "kube-vip"
         self.kube_bin, self.ctr_bin = find_binaries()
         self.lab = Lab(nodes=3, prefix=prefix, workdir=workdir, keep_workdir=keep)
         self.vip = VIP4
@@ -259,6 +274,11 @@ class KubeletBed:
             capture_output=True, text=True, timeout=60, check=True,
         ).stdout.split()  # fmt: skip
         specs = images.plan(names)
+        if os.access(self.kube_bin / binaries.KUBE_VIP, os.X_OK):
+            # always in the archive, so every bed on these binaries shares one archive
+            specs.append(images.ImageSpec(name=KUBE_VIP_IMAGE, programs=(binaries.KUBE_VIP,)))
+        elif self.bootstrap == "kube-vip":
+            raise binaries.Missing(f"kube-vip is not built in {self.kube_bin}")
         sandbox = next(s.name for s in specs if s.programs == ("pause",))
         t0 = time.monotonic()
         archive = images.ensure_archive(
@@ -325,10 +345,35 @@ class KubeletBed:
             version=self.version, endpoint=self.endpoint, etcd_image_tag=etcd_tag(self.kube_bin)
         )
 
+    def kube_vip_manifest(self) -> str:
+        """``kube-vip manifest pod`` for the bed's VIP, interface and Lease timings, as the
+        real kube-vip prints it (its flags as kube-vip's docs give them for ARP mode)."""
+        t = LEASE_TIMING
+        proc = subprocess.run(
+            [str(self.kube_bin / binaries.KUBE_VIP), "manifest", "pod", "--interface", "eth0",
+             "--address", self.vip, "--controlplane", "--arp", "--leaderElection",
+             "--leaseDuration", str(t["duration"]),
+             "--leaseRenewDuration", str(int(t["renew_deadline"])),
+             "--leaseRetry", str(int(t["retry_period"]))],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise MachineError(f"kube-vip manifest pod: {proc.stderr.strip()}")
+        return proc.stdout
+
     def vipd_config(self) -> dict[str, Any]:
         """One config for every node's vipd (each pod's identity is its node name). Lease
         mode: the timings 5/3/1 (as tests/kube), no kubeconfig (the static pod's comes from
-        the host, the DaemonSet's is its ServiceAccount), the node's own API server."""
+        the host, the DaemonSet's is its ServiceAccount), the node's own API server. After a
+        kube-vip bootstrap: ``vipd import kube-vip`` of kube-vip's manifest, unchanged."""
+        if self.bootstrap == "kube-vip":
+            from vipd.importers import kubevip
+
+            result = kubevip.convert(self.kube_vip_manifest(), "kube-vip.yaml")
+            if result.errors:
+                raise MachineError(f"vipd import kube-vip: {'; '.join(result.errors)}")
+            doc: dict[str, Any] = yaml.safe_load(result.yaml)
+            return doc
         election: dict[str, Any] = (
             {"mode": "vrrp", "vrrp": {"vrid": 51, "advert_interval": 0.1}}
             if self.election == "vrrp"
@@ -366,9 +411,20 @@ class KubeletBed:
     def write_static_pod(self, machine: Machine, *, super_admin: bool = False) -> None:
         """``vipd manifest pod`` into the node's manifests (``--super-admin``: Lease mode on
         the ``kubeadm init`` node, Kubernetes >= 1.29, where admin.conf is not yet
-        authorised)."""
+        authorised). kube-vip bootstrap: kube-vip's manifest, its image the local one, its
+        kubeconfig's hostPath super-admin.conf on the init node (inside the container the
+        file stays admin.conf), as kube-vip's docs say for Kubernetes >= 1.29."""
         manifests = machine.root / "etc/kubernetes/manifests"
         manifests.mkdir(parents=True, exist_ok=True)
+        if self.bootstrap == "kube-vip":
+            pod = yaml.safe_load(self.kube_vip_manifest())
+            for c in pod["spec"]["containers"]:
+                c["image"], c["imagePullPolicy"] = KUBE_VIP_IMAGE, "Never"
+            for v in pod["spec"]["volumes"]:
+                if super_admin and v.get("hostPath", {}).get("path") == ADMIN_CONF:
+                    v["hostPath"]["path"] = SUPER_ADMIN_CONF
+            (manifests / "kube-vip.yaml").write_text(yaml.safe_dump(pod))
+            return
         # Its config first (`vipd manifest config`): the pod reads the node's /etc/vipd.
         config_dir = machine.root / "etc/vipd"
         config_dir.mkdir(parents=True, exist_ok=True)
@@ -406,7 +462,7 @@ class KubeletBed:
             )
         )
         t0 = time.monotonic()
-        self.note("n1: kubeadm init (vipd static pod in place)")
+        self.note(f"n1: kubeadm init ({self.static_name} static pod in place)")
         self.kubeadm(first, "init", "--config", str(cfg), "--upload-certs")
         self.note(f"n1: kubeadm init done in {time.monotonic() - t0:.1f} s")
         took = self.wait_settled(["n1"])
@@ -419,23 +475,27 @@ class KubeletBed:
         rendered manifest's header and docs/install.md give; then until the kubelet has
         replaced the static vipd (a new container, running) and the VIP answers again."""
 
+        name = self.static_name
+
         def vipd_ids() -> set[str]:
-            out = json.loads(machine.crictl("ps", "-o", "json", "--name", "^vipd$"))
+            out = json.loads(machine.crictl("ps", "-o", "json", "--name", f"^{name}$"))
             return {c["id"] for c in out["containers"]}
 
         before = vipd_ids()
         machine.run(["sed", "-i", f"s#{SUPER_ADMIN_CONF}#{ADMIN_CONF}#",
-                     "/etc/kubernetes/manifests/vipd.yaml"])  # fmt: skip
-        self.note(f"{machine.name}: vipd's static pod switched from super-admin.conf to admin.conf")
+                     f"/etc/kubernetes/manifests/{name}.yaml"])  # fmt: skip
+        self.note(
+            f"{machine.name}: {name}'s static pod switched from super-admin.conf to admin.conf"
+        )
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             now = vipd_ids()
             if now and not now & before and len(self.holders()) == 1 and self.readyz():
-                self.note(f"{machine.name}: static vipd restarted on admin.conf, VIP held, "
+                self.note(f"{machine.name}: static {name} restarted on admin.conf, VIP held, "
                           f"{time.monotonic() - t0:.1f} s")  # fmt: skip
                 return
             time.sleep(0.5)
-        raise MachineError(f"{machine.name}: static vipd not restarted in {timeout:.0f} s")
+        raise MachineError(f"{machine.name}: static {name} not restarted in {timeout:.0f} s")
 
     def ca_hash(self) -> str:
         """``sha256:<hex>`` of the cluster CA's public key, as ``kubeadm join`` checks it."""
@@ -510,7 +570,8 @@ class KubeletBed:
             rbac.write_text(self.render("rbac", image=image))
             self.kubectl("apply", "-f", str(rbac), server=server)
         path = self.lab.workdir / "vipd-daemonset.yaml"
-        path.write_text(self.render("daemonset", "--node-label", ADOPT_LABEL, image=image))
+        extra = ("--static-manifest", f"/etc/kubernetes/manifests/{self.static_name}.yaml")
+        path.write_text(self.render("daemonset", "--node-label", ADOPT_LABEL, *extra, image=image))
         self.kubectl("apply", "-f", str(path), server=server)
 
     def rollout_status(self, timeout: float = 300.0, *, server: str | None = None) -> str:
@@ -550,7 +611,7 @@ class KubeletBed:
         return path
 
     def static_manifest(self, name: str) -> Path:
-        return self.machines[name].root / "etc/kubernetes/manifests/vipd.yaml"
+        return self.machines[name].root / f"etc/kubernetes/manifests/{self.static_name}.yaml"
 
     def vipd_pods(self, *, server: str | None = None) -> dict[str, dict[str, Any]]:
         """The DaemonSet's pods by node name."""
@@ -678,11 +739,11 @@ class KubeletBed:
     def node(self, name: str) -> Node:
         return self.lab.node(name)
 
-    def vipd_containers(self, name: str) -> list[dict[str, Any]]:
-        """Every vipd container node ``name``'s containerd has (running or exited): its pod,
-        state, exit code, start and finish (POSIX seconds, 0 when not yet)."""
+    def vipd_containers(self, name: str, program: str = "vipd") -> list[dict[str, Any]]:
+        """Every vipd (or ``program``) container node ``name``'s containerd has (running or
+        exited): its pod, state, exit code, start and finish (POSIX seconds, 0 when not yet)."""
         machine = self.machines[name]
-        listed = json.loads(machine.crictl("ps", "-a", "--name", "^vipd$", "-o", "json"))
+        listed = json.loads(machine.crictl("ps", "-a", "--name", f"^{program}$", "-o", "json"))
         found = [self.container(name, c["id"]) for c in listed["containers"]]
         return [dict(c, id=i["id"]) for c, i in zip(found, listed["containers"], strict=True) if c]
 

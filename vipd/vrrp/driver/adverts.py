@@ -9,7 +9,11 @@ to the handover; then the claim defence hears of a lower-priority advert while w
 following of the master's. With ``election.vrrp.auth_hmac`` (``driver.signing``): the trailer
 is split off before the decode, verified after the receive checks (a drop counted in
 ``vipd_vrrp_auth_failures_total`` by reason), and one trailer is signed per logical advert and
-appended to each copy (the checksum, per copy, is outside the HMAC).
+appended to each copy (the checksum, per copy, is outside the HMAC). With
+``election.vrrp.allowed_sources`` (multicast), an advert from another source is counted as
+``not-allowed`` and dropped after the receive checks. While Active, an advert the machine
+would answer at once (RFC 9568 §6.4.3) over its source's budget (``driver.defence``) is
+dropped before the machine (still a claim on the VIP).
 
 What it must not do: decide (``vrrp.state`` does), or let a malformed datagram raise into
 the loop: every decode error is counted by reason and dropped.
@@ -46,6 +50,9 @@ class AdvertIO:
         self._log_dropped = vlog.Sparse(self.log, "advert dropped", every=10000)
         self._log_auth = vlog.Sparse(self.log, "advert failed authentication", every=10000)
         self._log_skew = vlog.Sparse(self.log, "peer clock skew approaching the auth window")
+        # Multicast only (the config refuses it with unicast peers, which play its part).
+        family = owner.family
+        self.allowed = tuple(n for n in owner.vrrp.allowed_sources if n.version == family)
 
     def send(self, priority: int) -> None:
         o = self.owner
@@ -98,6 +105,12 @@ class AdvertIO:
         except packet.DecodeError as err:
             self._dropped(err, dgram.src)
             return
+        if self.allowed and not any(dgram.src in net for net in self.allowed):
+            o.stats.invalid["not-allowed"] += 1
+            metrics.VRRP_INVALID.labels(reason="not-allowed").inc()
+            detail = "source not in election.vrrp.allowed_sources"
+            self._log_dropped("not-allowed", reason="not-allowed", src=dgram.src, detail=detail)
+            return
         if self.auth is not None:
             verdict = self.auth.verify(message, trailer, dgram.src)
             if not verdict.accept:
@@ -119,8 +132,13 @@ class AdvertIO:
             # Stopping: we only wait for a successor, the election is over for us.
             o.handover.on_advert(dgram.src, advert.priority)
             return
+        if not o.defence.may_answer(dgram.src, advert.priority, now):
+            # As if lost on the wire: the periodic adverts answer it soon enough.
+            self.after_advert(dgram.src, now, advert.priority)
+            return
         o.follower.last_rx_at = max(o.follower.last_rx_at, now)
-        o.apply(o.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs), now)
+        actions = o.machine.on_advert(now, dgram.src, advert.priority, advert.interval_cs)
+        o.apply(actions, now, cause=dgram.src)
         self.after_advert(dgram.src, now, advert.priority)
         # The master's advert that restarted our down timer: its next ones, while unchanged,
         # need not wake us (following).

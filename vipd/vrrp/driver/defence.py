@@ -10,6 +10,13 @@ announcement and goes to the handover instead. After a step-down to a higher-pri
 it carries out ``vrrp.yielding``: who holds the VIP now is asked on the wire, and (IPv4) the
 MAC that answered is announced for the VIP, so the clients we moved follow the new master.
 
+Per-source budgets (``vrrp.ratelimit``), kept here for the whole virtual router: the
+master's immediate answers to lower-priority adverts (RFC 9568 §6.4.3; an advert over its
+source's budget is dropped before the machine, as if lost on the wire, so it cannot keep
+restarting the periodic advert timer either), the re-announcements for a claimant (the
+machine's, keyed by the advert's source, and the claim policy's, by the claimant's MAC) and
+the log lines about a source, each refusal counted in ``vipd_vrrp_rate_limited_total``.
+
 What it must not do: decide (the policies do), or announce a VIP this node does not hold,
 except the yielding policy's relay of the MAC that answered for a VIP we just gave up.
 """
@@ -29,7 +36,7 @@ from vipd.host import announce
 from vipd.host.arpwatch import ClaimWatch
 from vipd.host.conflict import probe_frame
 from vipd.host.neighbor import gratuitous_arp, parse_mac
-from vipd.vrrp import claims, state, yielding
+from vipd.vrrp import claims, ratelimit, state, yielding
 from vipd.vrrp.driver.wire import IPAddress, Timer
 
 if TYPE_CHECKING:
@@ -48,7 +55,13 @@ class ClaimDefence:
         self.send_frames: Callable[[str, list[bytes]], int] = announce.send_once
         self.watches: list[ClaimWatch] = []  # IPv4: one per VIP
         self._timers: dict[str, Timer] = {}
-        self._log_claim = vlog.Sparse(self.log, "another node claims the VIP while we hold it")
+        interval = owner.vrrp.advert_interval  # a reload cannot change it
+        self.answers = ratelimit.Limiter(ratelimit.answers(interval))
+        self.announces = ratelimit.Limiter(ratelimit.defences(interval))
+        self.lines = ratelimit.Limiter(ratelimit.log_lines())
+        # The source of the lower-priority advert the machine last answered: its "contest
+        # over" re-announcement (a timer's) is charged to it.
+        self.contested_by: IPAddress | None = None
 
     # -- the watches ----------------------------------------------------------------------
 
@@ -126,8 +139,49 @@ class ClaimDefence:
     def on_advert(self, src: IPAddress, now: float, priority: int) -> None:
         """An advert with a priority while we lead with the VIP bound: another node claims
         it too (a split brain, healing or not)."""
-        self._log_claim(claimant=src, claimant_priority=priority)
+        suppressed = self.may_log("claim", src, now)
+        if suppressed is not None:
+            vlog.event(
+                self.log,
+                logging.WARNING,
+                "another node claims the VIP while we hold it",
+                claimant=src,
+                claimant_priority=priority,
+                suppressed=suppressed,
+            )
         self._run(self.policy.on_advert(now, self.owner.machine.advert_interval))
+
+    # -- per-source budgets ---------------------------------------------------------------
+
+    def may_answer(self, src: IPAddress, priority: int, now: float) -> bool:
+        """False: an advert the machine would answer at once (Active, a lower priority, or
+        an equal one from a lower address: RFC 9568 §6.4.3), over ``src``'s budget."""
+        m = self.owner.machine
+        if m.state is not state.State.ACTIVE or priority == 0 or priority > m.priority:
+            return True
+        if priority == m.priority and int(src) > int(m.params.primary_ip):
+            return True  # it wins: the machine steps down
+        if not self.answers.allow(now, src).allowed:
+            metrics.VRRP_RATE_LIMITED.labels(kind="answer").inc()
+            return False
+        self.contested_by = src
+        return True
+
+    def may_announce(self, key: object, now: float) -> bool:
+        """A re-announcement for the claimant ``key`` (an advert's source or a MAC)."""
+        if self.announces.allow(now, key).allowed:
+            return True
+        metrics.VRRP_RATE_LIMITED.labels(kind="defence").inc()
+        return False
+
+    def may_log(self, kind: str, key: object, now: float) -> int | None:
+        """None: no line about ``key`` now; else the lines of this kind about it left out
+        since the last one."""
+        verdict = self.lines.allow(now, (kind, key))
+        if verdict.allowed:
+            return verdict.suppressed
+        metrics.VRRP_RATE_LIMITED.labels(kind="log").inc()
+        return None
 
     def end(self) -> None:
         self._run(self.policy.end())
@@ -145,14 +199,23 @@ class ClaimDefence:
         for action in actions:
             if isinstance(action, claims.Announce):
                 assert o.controller is not None
+                now = o.clock()
+                mac = action.claimant_mac
+                if not self.may_announce(mac, now):
+                    continue
                 o.controller.announce()
-                if action.reason is not None:
+                if action.reason is None:
+                    continue
+                # A quiet claimant's (stranded clients) is as rare as our probes: always said.
+                suppressed = self.may_log("re-announcing", mac, now) if action.answers_claim else 0
+                if suppressed is not None:
                     vlog.event(
                         self.log,
                         logging.INFO,
                         "re-announcing",
                         reason=action.reason,
-                        claimant_mac=action.claimant_mac,
+                        claimant_mac=mac,
+                        suppressed=suppressed,
                     )
             elif isinstance(action, claims.Counted):
                 metrics.DUPLICATE_CLAIMS.labels(source=action.source).inc()

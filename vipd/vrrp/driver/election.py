@@ -47,7 +47,7 @@ from vipd.health.checker import HealthChecker
 from vipd.host.vmaclink import VmacLink
 from vipd.preflight import Preflight
 from vipd.vrrp import claims, packet, state
-from vipd.vrrp.driver import links, observe
+from vipd.vrrp.driver import links, members, observe
 from vipd.vrrp.driver.adverts import AdvertIO
 from vipd.vrrp.driver.defence import ClaimDefence
 from vipd.vrrp.driver.events import AgentEvents, _locked
@@ -170,6 +170,10 @@ class VrrpElection(AgentEvents):
         self.link_up = False
         self._track = track.NONE  # the tracked checks (vipd.track), pushed by the agent
         self._faulted = False  # a "fault" track is down: out of the election
+        # Membership's admission rule holds this node out (vipd.membership.policy.Admission):
+        # from the start when the unicast peers follow the cluster and this node is not in
+        # the static list every node has, until the first read.
+        self.held = bool(v.unicast_peers_from) and self.source not in v.unicast_peers
         self.handover: Handover | None = None  # stopping: the wait for the successor
         self._was_active = False
         # Stopping, after the successor's first advert: how long we wait for its claim. A
@@ -195,6 +199,11 @@ class VrrpElection(AgentEvents):
 
     def init_metrics(self) -> None:
         self.observe.init_metrics()
+
+    @_locked
+    def set_membership(self, peers: tuple[IPAddress, ...], held: bool, why: str) -> None:
+        """Membership's unicast peers and admission (``vipd.vrrp.driver.members``)."""
+        members.set_membership(self, peers, held, why)
 
     async def prepare(self) -> VipLink:
         """The VIP's link: the interface, or with ``vmac`` the macvlan made for it here."""
@@ -240,9 +249,11 @@ class VrrpElection(AgentEvents):
         try:
             links.open_sockets(self, loop)
             links.start_claimwatch(self, loop)
-            if self.link_up and not self._faulted:
+            if self.link_up and not self._faulted and not self.held:
                 now = self.clock()
                 self.apply(self.machine.start(now), now)
+            elif self.held:
+                vlog.event(self.log, logging.INFO, "membership: waiting for the first read")
             else:
                 vlog.event(
                     self.log,
@@ -331,11 +342,17 @@ class VrrpElection(AgentEvents):
 
     # -- the machine's actions -----------------------------------------------------------
 
-    def apply(self, actions: list[state.Action], now: float) -> None:
+    def apply(
+        self, actions: list[state.Action], now: float, cause: IPAddress | None = None
+    ) -> None:
+        """``cause``: the source of the advert the actions answer. A re-announcement is
+        charged to it (the machine's "contest over" one, from a timer, to the source it
+        last answered) and held to that source's budget, as is its log line."""
         # The log lines wait until every action is out: an advert that follows a takeover's
         # announcement in the same call (after a priority-0 advert) is what stops the other
         # backups' skew timers, and a log write is the slowest thing here.
         lines: list[tuple[str, str]] = []
+        claimant = cause if cause is not None else self.defence.contested_by
         held = self.controller is not None and self.controller.any_bound
         preempted: bool | None = None  # set on a step-down: for a higher-priority master?
         for action in actions:
@@ -349,6 +366,8 @@ class VrrpElection(AgentEvents):
                 if isinstance(action, state.BecomeBackup):
                     preempted = state.reason_label(action.reason) == "preempted"
             elif isinstance(action, state.Announce):
+                if claimant is not None and not self.defence.may_announce(claimant, now):
+                    continue
                 if self.controller is not None:
                     self.controller.announce()
                 lines.append(("", action.reason))
@@ -363,8 +382,12 @@ class VrrpElection(AgentEvents):
                 vlog.event(self.log, logging.INFO, "release contest lost", reason=reason)
             elif word:
                 self.observe.log_transition(word, reason)
-            else:
+            elif claimant is None:
                 vlog.event(self.log, logging.INFO, "re-announcing", reason=reason)
+            elif (suppressed := self.defence.may_log("re-announcing", claimant, now)) is not None:
+                vlog.event(
+                    self.log, logging.INFO, "re-announcing", reason=reason, suppressed=suppressed
+                )
         self.follower.after_actions()
         self.timers.rearm()
         self.observe.master_changed()
@@ -381,6 +404,8 @@ class VrrpElection(AgentEvents):
             return False, "starting: sockets not open yet"
         if not self.link_up:
             return False, f"interface {self.ifname} is down: not in the election"
+        if self.held:
+            return False, "membership: held out until the other nodes can hear this one"
         if self.machine.state is state.State.INITIALIZE:
             return False, "not in the election"
         if self.adverts.send_error is not None:

@@ -70,6 +70,7 @@ class AgentEvents:
     _publish: Publish | None
     _track: track.Adjustment
     _faulted: bool
+    held: bool  # membership's admission rule (vipd.vrrp.driver.members)
     apply: Callable[[list[state.Action], float], None]
 
     @_locked
@@ -112,7 +113,7 @@ class AgentEvents:
         elif not adj.fault and self._faulted:
             self._faulted = False
             vlog.event(self.log, logging.INFO, "track fault cleared: joining the election")
-            if self.link_up and self._publish is not None:
+            if self.link_up and self._publish is not None and not self.held:
                 self.apply(self.machine.start(now), now)
 
     def _current_priority(self) -> int:
@@ -159,7 +160,7 @@ class AgentEvents:
                 "interface is up: joining the election",
                 interface=self.ifname,
             )
-            if not self._faulted:
+            if not self._faulted and not self.held:
                 self.apply(self.machine.link_up(now), now)
         else:
             vlog.event(

@@ -6,12 +6,12 @@ they are byte for byte the same every interval: once one restarted the timer, it
 kept off the polled socket (``Transport.follow``) and queued on a quiet one, which is read
 (``catch_up``) when the down timer is due, before anything else that arrives, before a
 priority, configuration or link change, for /status and for a scrape. Each copy goes to the
-machine at its kernel receive time (``Machine.on_advert_copies``), so the down timer runs
-exactly as if every advert had woken us.
+machine at its kernel receive time (``Machine.on_advert``, one call per copy), so the down
+timer runs exactly as if every advert had woken us.
 
 What it must not do: decide anything, or follow an advert that would do more than restart the
-down timer (``Machine.follows_quietly``: a lower-priority master we will preempt, a priority
-0, a release contest): those are read as they come.
+down timer (``follows_quietly``: a lower-priority master we will preempt, a priority 0, a
+release contest): those are read as they come.
 """
 
 from __future__ import annotations
@@ -23,10 +23,45 @@ from typing import TYPE_CHECKING
 from vipd import log as vlog
 from vipd import metrics
 from vipd.vrrp import packet, state
+from vipd.vrrp.actions import Action
+from vipd.vrrp.params import IPAddress
 from vipd.vrrp.transport import Datagram
 
 if TYPE_CHECKING:
     from vipd.vrrp.driver.election import VrrpElection
+
+
+# The Backup sub-states an accepted advert leaves as they were, but for the down timer (and
+# the start-up hold's count). BACKUP_CONTEST takes a better router's advert as the contest's end.
+_FOLLOWING = frozenset({state.Phase.BACKUP_STARTING, state.Phase.BACKUP})
+
+
+def follows_quietly(m: state.Machine, src: IPAddress, priority: int) -> bool:
+    """``m`` is a Backup that accepts ``src``'s advert at ``priority`` as its master's (RFC
+    9568 §6.4.2: it may not preempt it) outside a release contest: the advert only restarts
+    its down timer and asks for no action."""
+    return (
+        m.phase in _FOLLOWING
+        and priority > 0
+        and src != m.params.primary_ip
+        and state.backup_accepts(m.params, m.priority, priority)
+    )
+
+
+def advert_copies(
+    m: state.Machine, times: list[float], src: IPAddress, priority: int, interval_cs: int
+) -> list[Action]:
+    """One advert received at each of ``times`` (oldest first): the machine's state and
+    actions as after ``m.on_advert`` for each, in that order."""
+    if times and m.phase is state.Phase.BACKUP and follows_quietly(m, src, priority):
+        # Each copy only restarts the down timer from its arrival (RFC 9568 §6.4.2) and
+        # nothing else counts them (the start-up hold, which does, is over): the last one
+        # leaves the machine as all of them would.
+        return m.on_advert(times[-1], src, priority, interval_cs)
+    actions: list[Action] = []
+    for at in times:
+        actions += m.on_advert(at, src, priority, interval_cs)
+    return actions
 
 
 class Follower:
@@ -60,7 +95,7 @@ class Follower:
             and m.state is state.State.BACKUP
             and m.master_ip == dgram.src
             and m.last_advert_at == now
-            and m.follows_quietly(dgram.src, advert.priority)
+            and follows_quietly(m, dgram.src, advert.priority)
             and dgram != self.followed
         ):
             self._follow(dgram, advert, form)
@@ -72,7 +107,7 @@ class Follower:
         followed = self._followed_as
         if self.followed is not None and (
             followed is None
-            or not self.owner.machine.follows_quietly(self.followed.src, followed[0].priority)
+            or not follows_quietly(self.owner.machine, self.followed.src, followed[0].priority)
         ):
             self.unfollow()
 
@@ -148,7 +183,7 @@ class Follower:
             return
         o = self.owner
         (advert, form), src = self._followed_as, self.followed.src
-        actions = o.machine.on_advert_copies(arrivals, src, advert.priority, advert.interval_cs)
+        actions = advert_copies(o.machine, arrivals, src, advert.priority, advert.interval_cs)
         count, last = len(arrivals), arrivals[-1]
         self.last_rx_at = last
         o.stats.adverts_received += count

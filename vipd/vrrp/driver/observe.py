@@ -219,5 +219,10 @@ class Observer:
                 "advert_send_errors": o.stats.send_errors,
                 "invalid_adverts": dict(o.stats.invalid),
                 "duplicate_claims": o.defence.policy.claims,
+                "rate_limited": {
+                    "answer": o.defence.answers.refused,
+                    "defence": o.defence.announces.refused,
+                    "log": o.defence.lines.refused,
+                },
             },
         }

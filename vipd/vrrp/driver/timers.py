@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from vipd import log as vlog
 from vipd.host import sched
 from vipd.vrrp import state
+from vipd.vrrp.actions import SendAdvert
 from vipd.vrrp.driver.wire import CallLater, Timer
 from vipd.vrrp.pacer import DUE_SLACK, AdvertPacer
 
@@ -42,6 +43,27 @@ if TYPE_CHECKING:
 TIMER_SLACK = 0.002
 # Advert intervals below this have the Active's steady adverts sent from the pacer's thread.
 PACE_BELOW = 0.1
+
+
+# The Active sub-states whose Adver_Timer sends one advert and nothing else (the steady tick;
+# a lead's advert is one too). ACTIVE_CONTESTED's also ends the contest and re-announces:
+# that one goes through the loop's whole path (``on_timer`` and ``apply``).
+ADVERT_ONLY = frozenset(
+    {state.Phase.ACTIVE, state.Phase.ACTIVE_LEAD, state.Phase.ACTIVE_CONTESTED_LEAD}
+)
+
+
+def steady_advert(m: state.Machine, now: float) -> int | None:
+    """The Active's Adver_Timer (RFC 9568 §6.4.3) when it is due and only sends an advert:
+    the machine takes the event, and the priority to advertise is returned, so the caller
+    sends it without the driver's bookkeeping. Anything else (not due, not one of
+    ``ADVERT_ONLY``) changes nothing and returns None: ``Machine.on_timer`` through the loop
+    decides that."""
+    if m.phase not in ADVERT_ONLY or m.deadline is None or now < m.deadline:
+        return None
+    (action,) = m.on_timer(now)
+    assert isinstance(action, SendAdvert), action
+    return action.priority
 
 
 def _reraise(exc: Exception) -> None:
@@ -138,7 +160,12 @@ class Timers:
     def rearm(self) -> None:
         m = self.owner.machine
         deadline = m.deadline
-        if deadline is not None and self.pacing_on and self.pacer is not None and m.advert_only:
+        if (
+            deadline is not None
+            and self.pacing_on
+            and self.pacer is not None
+            and m.phase in ADVERT_ONLY
+        ):
             # The Active's adverts: from the pacer's thread, the loop sleeps (vrrp.pacer).
             if self._timer is not None:
                 self._timer.cancel()
@@ -207,7 +234,7 @@ class Timers:
                 # nothing: their down timer is three intervals and a skew).
                 now = deadline
             if now - deadline <= m.advert_interval:
-                priority = m.advert_tick(now)
+                priority = steady_advert(m, now)
                 if priority is not None:
                     # The steady tick: one advert, the timer again; nothing else changed,
                     # so none of the driver's bookkeeping is due.
@@ -265,7 +292,7 @@ class Timers:
             if deadline - now > DUE_SLACK:
                 return deadline  # the loop moved it later meanwhile
             if now - deadline <= m.advert_interval and o.transport is not None:
-                priority = m.advert_tick(max(now, deadline))
+                priority = steady_advert(m, max(now, deadline))
                 if priority is not None:
                     o.adverts.send(priority)
                     return m.deadline

@@ -25,8 +25,8 @@ IPAddress = IPv4Address | IPv6Address
 class Wire(Protocol):
     """What the driver needs of ``vrrp.transport.Transport``."""
 
-    @property
-    def destinations(self) -> tuple[IPAddress, ...]: ...
+    # Settable: membership changes the unicast peers of a running wire.
+    destinations: tuple[IPAddress, ...]
 
     @property
     def can_follow(self) -> bool: ...
