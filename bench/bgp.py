@@ -160,7 +160,7 @@ def run_config(cfg: Config, faults: tuple[str, ...], rounds: int) -> dict[str, A
         if binaries.kube_vip(bins) is None:
             return {"config": cfg.name, "ran": False, "why": f"no kube-vip in {bins}", "rounds": []}
     opts = RoutedOptions(announce=cfg.announce, faults=faults, rounds=rounds)
-    bed = RoutedBed(nodes=3, frr_nodes=side.frr_nodes)
+    bed = RoutedBed(nodes=3, node_frr=side.frr_nodes)
     plane: ControlPlane | None = None
     session: RoutedSession | None = None
     done: list[RoutedRound] = []

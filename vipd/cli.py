@@ -87,7 +87,7 @@ def _check_offline(path: str | None) -> int:
     vips = ", ".join(map(str, cfg.vips))
     how = f"election {cfg.election.mode}"
     if cfg.announce.ecmp:
-        how = "announce routing-table (ECMP pool: no election)"
+        how = f"announce {cfg.announce.mode} (ECMP pool: no election)"
     elif cfg.announce.routed:
         how = f"announce routing-table, pool leader: the {cfg.election.mode} holder announces"
     print(f"  VIP {vips}, {how}, endpoint {cfg.metrics.listen}")
@@ -114,9 +114,18 @@ def cmd_check(args: argparse.Namespace) -> int:
             )
         who = "every node whose API server is healthy" if a.ecmp else "the elected holder"
         print(
-            f"  routing-table mode: table {a.table} protocol {a.protocol} drain {a.drain:g}s "
+            f"  {a.mode} mode: table {a.table} protocol {a.protocol} drain {a.drain:g}s "
             f"pool {a.pool} ({who} announces); {health}"
         )
+        if a.speaker:
+            b = a.bgp
+            routers = ", ".join(
+                f"{p.address} AS{p.asn}" + (" md5" if p.password_file else "") for p in b.peers
+            )
+            print(
+                f"  bgp mode: AS{b.local_asn} router-id {b.router_id or 'the node address'} "
+                f"hold {b.hold_time}s; routers {routers} (password files checked)"
+            )
         if a.ecmp:
             for finding in pre.findings:
                 print(f"  preflight: {finding}")

@@ -67,6 +67,10 @@ from vipd.metrics_agent import (
 )
 from vipd.metrics_drivers import (
     AUTH_FAILURE_REASONS,
+    BGP_ANNOUNCED,
+    BGP_SESSION_UP,
+    BGP_WITHDRAW_REASONS,
+    BGP_WITHDRAWALS,
     HEALTH_BACKEND_HEALTHY,
     HEALTH_CHECK_DURATION,
     HEALTH_CHECKS,
@@ -116,6 +120,10 @@ __all__ = [
     "ACTUATORS",
     "AUTH_FAILURE_REASONS",
     "BACKENDS",
+    "BGP_ANNOUNCED",
+    "BGP_SESSION_UP",
+    "BGP_WITHDRAWALS",
+    "BGP_WITHDRAW_REASONS",
     "BUILD_INFO",
     "CLAIM_SOURCES",
     "DUPLICATE_CLAIM",
@@ -282,8 +290,17 @@ def init_lease(*, node: str, vips: Sequence[str], interface: str) -> None:
     LEASE_REQUESTS.labels(purpose="renew", result="ok")
 
 
-def init_routed(*, node: str, vips: Sequence[str], interface: str) -> None:
-    """Routing-table mode's series at their starting values (see `init_vrrp`)."""
+def init_routed(
+    *, node: str, vips: Sequence[str], interface: str, bgp_peers: Sequence[str] = ()
+) -> None:
+    """Routing-table and bgp mode's series at their starting values (see `init_vrrp`);
+    ``bgp_peers``: bgp mode's routers (the speaker's series only exist in that mode)."""
+    for peer in bgp_peers:
+        BGP_SESSION_UP.labels(peer=peer).set(0)
+    if bgp_peers:
+        BGP_ANNOUNCED.set(0)
+        for reason in BGP_WITHDRAW_REASONS:
+            BGP_WITHDRAWALS.labels(reason=reason)
     for vip in vips:
         NODE_INFO.labels(node=node, vip=vip, interface=interface, backend="routed").set(1)
         set_role("routed", "init", vip)

@@ -308,3 +308,31 @@ ROUTED_WITHDRAWALS = Counter(
 )
 
 ROUTED_WITHDRAW_REASONS = ("unhealthy", "stop")
+
+# -- bgp mode's speaker (vipd.routed.bgp, vipd.routed.exabgp) -------------------------------
+
+BGP_SESSION_UP = Gauge(
+    "vipd_bgp_session_up",
+    "1 while this node's BGP session to the router `peer` is established (announce.mode: "
+    "bgp), 0 otherwise, also while the speaker process is down.",
+    ["peer"],
+    registry=REGISTRY,
+)
+
+BGP_ANNOUNCED = Gauge(
+    "vipd_bgp_announced_prefixes",
+    "Prefixes (VIP /32 or /128) this node's BGP speaker is announcing now; 0 while the "
+    "speaker process is down.",
+    registry=REGISTRY,
+)
+
+BGP_WITHDRAWALS = Counter(
+    "vipd_bgp_withdrawals_total",
+    "BGP announcements withdrawn, by reason: unhealthy, waiting (the ECMP pool rule), stop "
+    "(vipd stopping), speaker-died (the speaker process died), bfd-down (a peer's BFD "
+    "session went down).",
+    ["reason"],
+    registry=REGISTRY,
+)
+
+BGP_WITHDRAW_REASONS = ("unhealthy", "waiting", "stop", "speaker-died", "bfd-down")

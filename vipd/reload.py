@@ -7,7 +7,8 @@ What it is
     plan only when ``refused`` is empty: a reload is all or nothing, so the running config is
     always one the operator wrote, never a mix of two files.
 
-    Live (``LIVE``): the VRRP priority, preemption and its delay, the health checks (every key
+    Live (``LIVE``): the VRRP priority, preemption and its delay, auth_hmac's keys, signing
+    key and mode (a key rotation, one node at a time), the health checks (every key
     but ``health.local``), the gratuitous ARP policy, the log level, the IPVS scheduler and
     backends, the notify hooks, the tracked checks and ``scripts`` (a reload is checked by
     `vipd.script_security` like a start). None of these moves the VIP by itself: a new priority goes
@@ -37,6 +38,11 @@ LIVE: tuple[str, ...] = (
     "election.vrrp.priority",
     "election.vrrp.preempt",
     "election.vrrp.preempt_delay",
+    # a key rotation or a rollout step without a restart (vipd.vrrp.driver.signing.rekey);
+    # switching auth_hmac on or off, its anti_replay and window need one
+    "election.vrrp.auth_hmac.keys",
+    "election.vrrp.auth_hmac.send_key",
+    "election.vrrp.auth_hmac.mode",
     "health.path",
     "health.port",
     "health.interval",

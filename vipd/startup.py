@@ -85,6 +85,7 @@ def load(path: str | None) -> tuple[Config, Preflight]:
         cfg = read_config(path)
         check_scripts(cfg)
         check_auth_keys(cfg)
+        check_bgp_passwords(cfg)
         pre = preflight.check_host(cfg, preflight.read_host())
         check_ca_file(cfg)
         check_lease(cfg)
@@ -108,6 +109,7 @@ def reloader(path: str | None) -> Callable[[], Config] | None:
         check_ca_file(cfg)
         check_scripts(cfg)
         check_auth_keys(cfg)
+        check_bgp_passwords(cfg)
         return cfg
 
     return load
@@ -127,6 +129,24 @@ def check_auth_keys(cfg: Config) -> None:
             keyfile.read_key(path)
         except keyfile.KeyFileError as exc:
             raise config.ConfigError(f"election.vrrp.auth_hmac.keys.{key_id}", str(exc)) from None
+
+
+def check_bgp_passwords(cfg: Config) -> None:
+    """announce.bgp.peers[].password_file: readable, root-owned, 0600/0400, 1-80 bytes
+    (``vipd.routed.bgp_password``); the error names the file, never the password."""
+    if not cfg.announce.speaker:
+        return
+    from vipd import config
+    from vipd.routed.bgp_password import PasswordFileError, read_password
+
+    for i, peer in enumerate(cfg.announce.bgp.peers):
+        if peer.password_file is None:
+            continue
+        try:
+            read_password(peer.password_file)
+        except PasswordFileError as exc:
+            key = f"announce.bgp.peers[{i}].password_file"
+            raise config.ConfigError(key, str(exc)) from None
 
 
 def check_ca_file(cfg: Config) -> None:

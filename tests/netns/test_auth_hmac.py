@@ -8,14 +8,22 @@ What it tests:
   signed by ``vipd.vrrp.auth``. Unsigned, signed with a wrong key, or with an unknown key id,
   keepalived names the fault in its log and stays MASTER; signed with key 2 (a rotation: not
   its active key) it goes BACKUP; the same signed bytes again are logged as replayed. v2
-  IPv4 unicast, v3 IPv4 and IPv6, multicast and unicast. In permissive and receive-only mode
-  a wrong key is still refused and an unsigned advert makes it BACKUP.
+  IPv4 multicast and unicast, v3 IPv4 and IPv6, multicast and unicast. In permissive and
+  receive-only mode a wrong key is still refused and an unsigned advert makes it BACKUP.
 - keepalived → vipd: the adverts keepalived sends verify with ``auth.Verifier`` at the time
   they were captured, with the key read from the same file keepalived read it from.
 - vipd itself (``vipd run`` with ``election.vrrp.auth_hmac``) against keepalived, VRRPv3 IPv4
-  and IPv6, multicast and unicast: the higher priority holds the VIP whichever of the two it
-  is, and the other takes over when it is killed; in enforce mode a vipd without auth_hmac is
-  no peer (both hold the VIP), the same vipd with the key is one (one holder).
+  and IPv6, multicast and unicast, and VRRPv2 IPv4 multicast and unicast: the higher priority
+  holds the VIP whichever of the two it is, and the other takes over when it is killed; in
+  enforce mode a vipd without auth_hmac is no peer (both hold the VIP), the same vipd with the
+  key is one (one holder).
+- the rollout modes, vipd and keepalived each in its own: all nine pairs of enforce,
+  permissive and receive-only on v3 IPv4 multicast, and permissive and receive-only on both
+  sides on the five other transports. Each direction is judged alone (keepalived at 100 and
+  vipd at 200, then vipd at 50): a node takes the other's adverts unless it enforces and the
+  other is receive-only (unsigned); then keepalived logs the missing trailer and both hold
+  the VIP, or vipd counts ``missing``. Nodes that take each other's adverts log and count no
+  failure at all.
 
 Why: the unit tests hold the codec to recorded bytes; this holds it to keepalived's live
 receive path (length detection, its own checksum rules, the replay table) too.
@@ -39,6 +47,7 @@ from pathlib import Path
 import pytest
 
 from tests.netns import keepalived_hmac as kh
+from vipd.lab.attacker import metric_counts
 from vipd.lab.daemons import Daemon, VrrpSpec, descendants, make_daemon
 from vipd.lab.topology import Lab
 from vipd.vrrp import auth, packet
@@ -73,6 +82,7 @@ INBOUND = [
     kh.Scenario("v2-ipv4-unicast", 2, 4, True, (1, 2), 1, window=5),
     kh.Scenario("v3-ipv4-unicast", 3, 4, True, (1, 2), 1, "monotonic"),
     kh.Scenario("v3-ipv6-unicast", 3, 6, True, (1, 2), 1, window=5),
+    kh.Scenario("v2-ipv4-multicast", 2, 4, False, (1, 2), 1, "monotonic"),
 ]
 
 
@@ -221,20 +231,20 @@ def test_vipd_verifies_live_keepalived_adverts(
 # -- vipd itself against keepalived ------------------------------------------------------------
 
 # v3: IPv4 multicast (time), IPv4 unicast (monotonic), IPv6 multicast (monotonic: signed from
-# the link-local address), IPv6 unicast (time)
-LIVE = [INBOUND[0], INBOUND[3], INBOUND[1], INBOUND[4]]
+# the link-local address), IPv6 unicast (time); v2: IPv4 multicast (monotonic), unicast (time)
+LIVE = [INBOUND[0], INBOUND[3], INBOUND[1], INBOUND[4], INBOUND[5], INBOUND[2]]
 
 
-def _vipd(lab: Lab, scenario: kh.Scenario, *, signed: bool) -> Daemon:
-    """vipd on n2 in ``scenario``, with keepalived's key 1 from a file (``signed``) or without
-    auth_hmac."""
+def _vipd(lab: Lab, scenario: kh.Scenario, *, signed: bool, mode: str = "enforce") -> Daemon:
+    """vipd on n2 in ``scenario``, with keepalived's key 1 from a file and ``mode``
+    (``signed``) or without auth_hmac."""
     section: dict[str, object] | None = None
     if signed:
         path = lab.workdir / "vipd-key-1"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(kh.key_value(1) + "\n")
-        section = {"keys": {1: str(path)}, "anti_replay": scenario.anti_replay}
+        section = {"keys": {1: str(path)}, "anti_replay": scenario.anti_replay, "mode": mode}
         if scenario.window is not None:
             section["window"] = scenario.window
     spec = VrrpSpec(
@@ -336,3 +346,76 @@ def test_in_enforce_mode_an_unsigned_vipd_is_no_peer_and_a_signed_one_is(
         unsigned.stop()
         if ka is not None:
             ka.stop()
+
+
+# -- the rollout modes, vipd and keepalived each in its own ------------------------------------
+
+MODES = ("enforce", "permissive", "receive-only")
+# Every pair of modes on one transport; the same mode on both sides on the others (enforce
+# on both is test_vipd_and_keepalived_elect_by_priority_and_take_over).
+PAIRS = [(LIVE[0], v, k) for v in MODES for k in MODES] + [
+    (s, m, m) for s in LIVE[1:] for m in ("permissive", "receive-only")
+]
+
+
+def _accepts(receiver: str, sender: str) -> bool:
+    """A node in mode ``receiver`` takes the adverts of one in mode ``sender``: only an
+    enforcing node refuses, and only a receive-only sender's adverts (unsigned)."""
+    return not (receiver == "enforce" and sender == "receive-only")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "vipd_mode", "ka_mode"),
+    PAIRS,
+    ids=[f"{s.name}-vipd-{v}-keepalived-{k}" for s, v, k in PAIRS],
+)
+def test_vipd_and_keepalived_in_rollout_modes_hear_each_other_as_the_modes_say(
+    keepalived_hmac: str,
+    netns_ok: None,
+    make_lab: Callable[..., Lab],
+    scenario: kh.Scenario,
+    vipd_mode: str,
+    ka_mode: str,
+) -> None:
+    """keepalived (priority 100, MASTER) and then vipd at 200: keepalived goes BACKUP when it
+    accepts vipd's adverts, else both hold the VIP and keepalived logs the missing trailer.
+    vipd again at 50: a backup and one holder when vipd accepts keepalived's adverts, else
+    vipd counts them as ``missing``. Between nodes that accept each other, no failure at all."""
+    lab = make_lab(2)
+    vip = kh.vips_of(scenario)[0]
+    ka = _start(lab, keepalived_hmac, scenario, mode=ka_mode)  # n1, priority 100, MASTER
+    vipd = _vipd(lab, scenario, signed=True, mode=vipd_mode)
+    ns = lab.node("n2").ns
+    settle = 5 * scenario.advert_int
+    try:
+        vipd.start(200)
+        if _accepts(ka_mode, vipd_mode):
+            assert _until(lambda: lab.holders(vip) == ["n2"], 15), (lab.holders(vip), ka.log())
+            assert ka.wait_log("Entering BACKUP STATE", 5, ka.mastered), ka.log()
+            time.sleep(settle)
+            assert lab.holders(vip) == ["n2"], lab.holders(vip)
+        else:
+            assert ka.wait_log("missing authentication trailer from", 15, ka.mastered), ka.log()
+            assert _until(lambda: lab.holders(vip) == ["n1", "n2"], 15), lab.holders(vip)
+            assert "Entering BACKUP STATE" not in ka.log()[ka.mastered :], ka.log()
+        vipd.stop()
+        assert _until(lambda: lab.holders(vip) == ["n1"], 10), lab.holders(vip)
+        vipd.start(50)
+        if _accepts(vipd_mode, ka_mode):
+            assert _until(lambda: vipd.state() == "BACKUP", 10), vipd.log_text()
+            time.sleep(settle)
+            assert lab.holders(vip) == ["n1"] and vipd.state() == "BACKUP", vipd.log_text()
+            failed = metric_counts(lab, ns, "vipd_vrrp_auth_failures_total")
+            assert not sum(failed.values()), failed
+        else:
+
+            def missing() -> int:
+                return metric_counts(lab, ns, "vipd_vrrp_auth_failures_total").get("missing", 0)
+
+            assert _until(lambda: missing() > 0, 10), vipd.log_text()
+        if _accepts(ka_mode, vipd_mode) and _accepts(vipd_mode, ka_mode):
+            problems = [ln for ln in ka.log().splitlines() if "authentication" in ln]
+            assert not problems, problems
+    finally:
+        vipd.stop()
+        ka.stop()

@@ -41,7 +41,8 @@ def test_routing_table_needs_no_election_and_takes_peers() -> None:
             {"ipvs": {"enabled": True, "backends": ["10.78.2.1"]}},
             "ipvs.enabled: must be false with announce.mode: routing-table",
         ),
-        ({"announce": {"mode": "bgp"}}, "announce.mode: must be one of"),
+        ({"announce": {"mode": "bgp"}}, "announce.bgp.local_asn: is required"),
+        ({"announce": {"mode": "ospf"}}, "announce.mode: must be one of"),
         ({"announce": {"mode": "routing-table", "table": 254}}, "announce.table: must not be"),
         ({"announce": {"mode": "routing-table", "table": 0}}, "announce.table: must be an int"),
         ({"announce": {"mode": "routing-table", "protocol": 4}}, "announce.protocol: must be"),
@@ -79,4 +80,18 @@ def test_pool_leader_still_refuses_ipvs() -> None:
     doc = {**LEADER, "election": {"vrrp": {"vrid": 7}}, "health": None}
     doc["ipvs"] = {"enabled": True, "backends": ["10.78.2.1"]}
     with pytest.raises(config.ConfigError, match=r"ipvs\.enabled: must be false .*pool: leader"):
+        parse(doc)
+
+
+def test_pool_leader_is_refused_in_bgp_mode() -> None:
+    doc = {
+        **BASE,
+        "announce": {
+            "mode": "bgp",
+            "pool": "leader",
+            "bgp": {"local_asn": 65100, "peers": [{"address": "10.78.1.0", "asn": 65000}]},
+        },
+        "health": None,
+    }
+    with pytest.raises(config.ConfigError, match=r"announce\.pool: leader is built for"):
         parse(doc)

@@ -28,6 +28,7 @@ import yaml
 
 from vipd import config, kube
 from vipd.config import Config, ConfigError, Election, Health, Vrrp
+from vipd.config.bgp import BgpPeer
 from vipd.config.schema import Check, Key, derived, integer, read, spec, walk, yaml_form
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,6 +155,10 @@ MINIMAL: dict[type, tuple[dict[str, Any], dict[str, Any]]] = {
     Vrrp: ({"vrid": 1}, {"vrid": 1}),
     config.Track: ({"file": "/f"}, {"file": "/f", "name": "track-0"}),
     config.AuthHmac: ({"keys": {1: "/k"}}, {"keys": ((1, "/k"),), "send_key": 1}),
+    BgpPeer: (
+        {"address": "192.0.2.1", "asn": 65000},
+        {"address": IPv4Address("192.0.2.1"), "asn": 65000},
+    ),
 }
 
 

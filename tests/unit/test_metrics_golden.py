@@ -56,7 +56,7 @@ def populate() -> None:
 
     metrics.init_vrrp(node="cp-1", vips=VIPS, interface="eth0", priority=150, auth=True)
     metrics.init_lease(node="cp-1", vips=VIPS, interface="eth0")
-    metrics.init_routed(node="cp-1", vips=VIPS, interface="eth0")
+    metrics.init_routed(node="cp-1", vips=VIPS, interface="eth0", bgp_peers=["192.0.2.254"])
     # vipd.ipvs.reconciler.Reconciler.__init__
     for state in metrics.IPVS_STATES:
         metrics.IPVS_REAL_SERVERS.labels(state=state).set(0)

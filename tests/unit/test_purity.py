@@ -27,6 +27,7 @@ PURE = [
     "config/election.py",
     "config/announce.py",
     "config/bfd.py",
+    "config/bgp.py",
     "config/auth_hmac.py",
     "config/error.py",
     "config/kubeapi.py",

@@ -51,6 +51,27 @@ def test_live_keys(over: dict[str, Any], key: str) -> None:
     assert p.live == (key,) and p.refused == ()
 
 
+def test_auth_hmac_keys_send_key_and_mode_are_live_but_the_rest_is_not() -> None:
+    def hmac(**section: Any) -> config.Config:
+        return cfg(vrrp={"auth_hmac": {"keys": {1: "/etc/vipd/k1"}, **section}})
+
+    a = hmac()
+    rotated = hmac(keys={1: "/etc/vipd/k1", 2: "/etc/vipd/k2"}, send_key=2, mode="permissive")
+    p = reload.plan(a, rotated)
+    assert set(p.live) == {
+        "election.vrrp.auth_hmac.keys",
+        "election.vrrp.auth_hmac.send_key",
+        "election.vrrp.auth_hmac.mode",
+    }
+    assert p.refused == ()
+    assert reload.plan(cfg(), a).refused == ("election.vrrp.auth_hmac",)
+    assert reload.plan(a, cfg()).refused == ("election.vrrp.auth_hmac",)
+    assert reload.plan(a, hmac(anti_replay="monotonic")).refused == (
+        "election.vrrp.auth_hmac.anti_replay",
+    )
+    assert reload.plan(a, hmac(window=9)).refused == ("election.vrrp.auth_hmac.window",)
+
+
 def test_health_keys_are_live_but_the_section_itself_is_not() -> None:
     with_health = cfg(health={"rise": 2})
     p = reload.plan(with_health, cfg(health={"rise": 5, "interval": 2}))

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.unit.hostfakes import Events, FakeClock, FakeTimers, FakeWire, Host, advert, run_out
-from vipd import config, metrics
+from vipd import config, metrics, reload
 from vipd.agent import Agent
 from vipd.preflight import HostLink, Preflight
 from vipd.vrrp import auth, packet, state
@@ -325,3 +325,59 @@ def test_receive_only_sends_unsigned(tmp_path: Path) -> None:
         await n.stopped()
 
     run(scenario, tmp_path, mode="receive-only")
+
+
+def test_a_reload_rotates_the_keys_in_place_and_keeps_the_replay_marks(tmp_path: Path) -> None:
+    """{1} -> {1, 2 sending 1} -> {1, 2 sending 2} -> {2}: each step verifies what the step
+    before sends, the replay mark survives (an old capture stays refused), and after the last
+    one key 1 is an unknown key."""
+
+    def reloaded(n: Node, keys: dict[int, str], send_key: int) -> None:
+        vrrp = {"vrid": 51, "priority": 100, "auth_hmac": {"keys": keys, "send_key": send_key}}
+        cfg = config.parse(
+            {"node": "n1", "vip": VIP, "interface": "eth0", "election": {"vrrp": vrrp}}
+        )
+        assert reload.plan(n.cfg, cfg).refused == ()
+        n.election.reconfigure(cfg)
+        n.cfg = cfg
+
+    async def scenario(n: Node) -> None:
+        await n.start()
+        a = auth.KeyRing({1: bytes.fromhex(MCAST["keys"]["1"])}, 1)
+        b = auth.KeyRing({2: bytes(range(100, 132))}, 2)
+        k1 = key_file(tmp_path, "key1", MCAST["keys"]["1"])
+        k2 = key_file(tmp_path, "key2", b.keys[2].hex())
+        first, second = MCAST["adverts"][:2]
+        n.wall = second["captured_at"]
+        await n.hear(dgram(second))
+        assert n.election.machine.master_ip == KEEPALIVED
+        assert n.auth is not None
+        sender = n.auth
+
+        def signed(keys: auth.KeyRing, seq: int) -> Datagram:
+            message = packet.encode(
+                packet.Advert(3, 51, 90, 100, (ip_address(VIP),)), OTHER, packet.GROUP_V4
+            )
+            trailer = auth.sign(message, src=OTHER, keys=keys, sequence=seq)
+            return Datagram(src=OTHER, dst=packet.GROUP_V4, ttl=255, message=message + trailer)
+
+        seq = auth.clock_sequence(n.wall)
+        reloaded(n, {1: k1, 2: k2}, 1)
+        assert n.auth is sender  # the same Signer/Verifier, re-keyed
+        await n.hear(signed(a, seq + 1))
+        await n.hear(signed(b, seq + 2))
+        assert sum(n.election.stats.auth_failures.values()) == 0
+        ours = n.auth.trailer(b"\x31\x33" + bytes(10), SELF)
+        assert auth.Trailer.decode(ours).key_id == 1
+        reloaded(n, {1: k1, 2: k2}, 2)
+        ours = n.auth.trailer(b"\x31\x33" + bytes(10), SELF)
+        assert auth.Trailer.decode(ours).key_id == 2
+        await n.hear(dgram(first))  # the mark survived the reloads: still a replay
+        assert n.election.stats.auth_failures == {"replay": 1}
+        reloaded(n, {2: k2}, 2)
+        await n.hear(signed(a, seq + 3))
+        await n.hear(signed(b, seq + 4))
+        assert n.election.stats.auth_failures == {"replay": 1, "unknown-key": 1}
+        await n.stopped()
+
+    run(scenario, tmp_path)

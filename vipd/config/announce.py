@@ -2,7 +2,9 @@
 on the interface and announces it with gratuitous ARP / unsolicited NA after an election;
 ``routing-table`` writes it as a route into a kernel table that the node's routing daemon
 exports to BGP; with ``pool: ecmp`` every node decides for itself by the ECMP pool rule, with
-``pool: leader`` the elected holder alone announces (docs/design/routed.md, `vipd.routed`).
+``pool: leader`` the elected holder alone announces (docs/design/routed.md, `vipd.routed`);
+``bgp`` is the ECMP pool with vipd's own BGP speaker announcing it (``announce.bgp``,
+`vipd.config.bgp`) instead of the node's routing daemon.
 
 What it must not do: touch routes (``vipd.routed.actuator``) or do any I/O.
 
@@ -23,11 +25,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from vipd.config.bgp import Bgp, require
 from vipd.config.schema import Check, choice, seconds, spec
 
-__all__ = ["Announce"]
+__all__ = ["BGP", "ROUTED", "Announce"]
 
 ROUTED = "routing-table"
+BGP = "bgp"
+
+
+def _bgp_used(c: Check, prefix: str, got: Mapping[str, Any], sec: Mapping[str, Any]) -> None:
+    # In another mode the section is validated and not used (like the other election mode's).
+    if got["mode"] == BGP:
+        require(c, got["bgp"])
 
 
 def _table(c: Check, key: str, value: object, _: Mapping[str, Any]) -> int:
@@ -42,16 +52,26 @@ def _table(c: Check, key: str, value: object, _: Mapping[str, Any]) -> int:
     return table
 
 
-def _pool(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str:
-    return c.choice(key, value, ("ecmp", "leader"))
+def _pool(c: Check, key: str, value: object, got: Mapping[str, Any]) -> str:
+    pool = c.choice(key, value, ("ecmp", "leader"))
+    if pool == "leader" and got.get("mode") == BGP:
+        c.fail(
+            key,
+            "leader is built for announce.mode: routing-table only (bgp mode announces by the "
+            "ECMP pool rule); use ecmp",
+            value,
+        )
+    return pool
 
 
 @dataclass(frozen=True, slots=True)
 class Announce:
-    """``announce``: ``mode`` and, for ``routing-table``, the table, protocol, drain, pool."""
+    """``announce``: ``mode`` and, for ``routing-table``, the table, protocol, drain, pool;
+    for ``bgp``, the same drain and pool and the speaker's ``bgp`` section (the table is
+    not used; the protocol tags the AnyIP bindings)."""
 
-    mode: Literal["arp", "routing-table"] = field(
-        default="arp", metadata=spec(choice("arp", ROUTED))
+    mode: Literal["arp", "routing-table", "bgp"] = field(
+        default="arp", metadata=spec(choice("arp", ROUTED, BGP))
     )
     # the kernel table the routing daemon exports (FRR: ip import-table 198)
     table: int = field(default=198, metadata=spec(_table))
@@ -59,13 +79,21 @@ class Announce:
     protocol: int = field(default=248, metadata=spec(lambda c, k, v, _: c.integer(k, v, 5, 255)))
     # seconds between the announcement's withdrawal and the binding's removal
     drain: float = field(default=2.0, metadata=spec(seconds(0, 60)))
-    pool: Literal["ecmp", "leader"] = field(default="ecmp", metadata=spec(_pool))
+    pool: Literal["ecmp", "leader"] = field(default="ecmp", metadata=spec(_pool, needs=("mode",)))
+    bgp: Bgp = field(default=Bgp(), metadata=spec(section=Bgp, needs=("mode",), then=_bgp_used))
 
     @property
     def routed(self) -> bool:
-        return self.mode == ROUTED
+        """Routing-table or bgp mode: AnyIP bindings, the routes announce the VIP."""
+        return self.mode in (ROUTED, BGP)
+
+    @property
+    def speaker(self) -> bool:
+        """bgp mode: vipd's own BGP speaker announces (not a table for a routing daemon)."""
+        return self.mode == BGP
 
     @property
     def ecmp(self) -> bool:
-        """Routing-table mode's ECMP pool: every node decides, nothing is elected."""
+        """The ECMP pool (routing-table's default, bgp's only): every node decides, nothing
+        is elected."""
         return self.routed and self.pool == "ecmp"

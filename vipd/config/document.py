@@ -168,7 +168,7 @@ def read_config(
     read_key(c, "", Config, "node", {"node": node}, got)
     announce = read_key(c, "", Config, "announce", top, got)
     if announce.ecmp:
-        _routed_election(c, top, got)
+        _routed_election(c, top, got, announce.mode)
     c.election = read_key(c, "", Config, "election", top, got)
     read_key(c, "", Config, "garp", top, got)
     read_key(c, "", Config, "log", top, got)
@@ -179,32 +179,32 @@ def read_config(
     for f, _ in fields_of(Config):  # the other sections, in declaration order
         read_key(c, "", Config, f.name, top, got)
     if announce.routed:
-        _routed_sections(c, got, announce.ecmp)
+        _routed_sections(c, got, announce.mode, announce.ecmp)
     return Config(**got)
 
 
-def _routed_election(c: Check, top: Mapping[str, Any], got: dict[str, Any]) -> None:
+def _routed_election(c: Check, top: Mapping[str, Any], got: dict[str, Any], mode: str) -> None:
     """``announce.mode: routing-table`` with the ECMP pool: every node decides for itself
     whether it announces, so there is no election, and an ``election`` section would be a
     setting that does nothing (a reader would believe VRRP or a Lease still runs)."""
     if "election" in top:
         c.fail(
             "election",
-            "must be absent with announce.mode: routing-table (every node announces by the "
+            f"must be absent with announce.mode: {mode} (every node announces by the "
             "ECMP pool rule; nothing is elected)",
         )
     got["election"] = Election(mode="none")
 
 
-def _routed_sections(c: Check, got: Mapping[str, Any], ecmp: bool) -> None:
-    """What routing-table mode needs from the other sections. With ``pool: leader`` the
-    election decides (health gates it as in ARP mode, if present)."""
+def _routed_sections(c: Check, got: Mapping[str, Any], mode: str, ecmp: bool) -> None:
+    """What routing-table and bgp modes need from the other sections. With ``pool: leader``
+    the election decides (health gates it as in ARP mode, if present)."""
     if ecmp and got["health"] is None:
         # The pool rule is "announce while the local API server is healthy": without the
         # checks every node would announce a path whether its API server answers or not.
         c.fail(
             "health",
-            "is required with announce.mode: routing-table (a node announces while its own "
+            f"is required with announce.mode: {mode} (a node announces while its own "
             "API server is healthy; an empty health: section is enough)",
         )
     if got["ipvs"].enabled:
@@ -212,7 +212,7 @@ def _routed_sections(c: Check, got: Mapping[str, Any], ecmp: bool) -> None:
         # an IPVS service on one "leader" has no place when there is no leader.
         c.fail(
             "ipvs.enabled",
-            "must be false with announce.mode: routing-table (the router's ECMP balances "
+            f"must be false with announce.mode: {mode} (the router's ECMP balances "
             "over the announcing nodes; with pool: leader, IPVS on the holder is not built)",
             True,
         )

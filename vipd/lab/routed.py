@@ -19,6 +19,14 @@ What it is: ``RoutedBed`` builds, per run, namespaces that all carry one name pr
 - ``<prefix>-l`` (``lan=True`` only): a bridge joining the nodes' ``lan0`` (10.78.100.i/24),
   for an election that needs a shared segment (``announce.pool: leader`` with VRRP).
 
+With ``ipv6=True`` every link also gets IPv6 (router ``fd00:78:i::/127``, node
+``fd00:78:i::1``, client LAN ``fd00:78::/64``) and the router an IPv6 session per node
+(``address-family ipv6 unicast``, ``maximum-paths 8``): for a dual-stack speaker on the nodes.
+
+With ``node_frr=False`` the nodes run no FRR at all (``announce.mode: bgp``: vipd's own
+speaker opens the session, `bgp_yaml` writes its config); the router has no BFD toward them
+and the build does not wait for their sessions (they come up once vipd runs).
+
 Each FRR instance runs in the foreground (tracked, killed at teardown) with its own vty
 socket directory, zserv path, pid file and one config file per daemon, without ``-N``;
 ``vtysh --vty_socket DIR`` reaches it. Nothing is read from or written to /etc/frr.
@@ -72,7 +80,10 @@ ROUTER_AS = 65000
 NODE_AS = 65100
 TABLE = 198
 VIP = "10.79.0.100"
+VIP6 = "fd00:79::100"
 CLIENT = "10.78.0.2"
+CLIENT6 = "fd00:78::2"
+ROUTER_LAN6 = "fd00:78::1"
 ROUTER_LAN = "10.78.0.1"
 BFD_MS = 100
 BFD_MULT = 3
@@ -102,6 +113,8 @@ class RoutedNode:
     ns: str
     addr: str
     router_addr: str
+    addr6: str = ""  # with RoutedBed(ipv6=True)
+    router_addr6: str = ""
 
 
 def _bfd(peers: list[tuple[str, str, str]]) -> list[str]:
@@ -129,7 +142,9 @@ def _bfd(peers: list[tuple[str, str, str]]) -> list[str]:
     return [*lines, "exit"]
 
 
-def _router_conf(nodes: list[RoutedNode]) -> dict[str, list[str]]:
+def _router_conf(
+    nodes: list[RoutedNode], bfd: bool = True, ipv6: bool = False
+) -> dict[str, list[str]]:
     bgp = [
         f"router bgp {ROUTER_AS}",
         f" bgp router-id {ROUTER_LAN}",
@@ -142,10 +157,24 @@ def _router_conf(nodes: list[RoutedNode]) -> dict[str, list[str]]:
             # the BFD session's source address known before TCP is up (single-hop BFD)
             f" neighbor {node.addr} update-source {node.router_addr}",
         ]
-    bgp += [" address-family ipv4 unicast", "  maximum-paths 8", " exit-address-family", "exit"]
+    if ipv6:
+        for node in nodes:
+            bgp += [
+                f" neighbor {node.addr6} remote-as {NODE_AS}",
+                f" neighbor {node.addr6} timers connect 1",
+                f" neighbor {node.addr6} update-source {node.router_addr6}",
+            ]
+    bgp += [" address-family ipv4 unicast", "  maximum-paths 8"]
+    bgp += [f"  no neighbor {n.addr6} activate" for n in nodes if ipv6]
+    bgp += [" exit-address-family"]
+    if ipv6:
+        bgp += [" address-family ipv6 unicast", "  maximum-paths 8"]
+        bgp += [f"  neighbor {n.addr6} activate" for n in nodes]
+        bgp += [" exit-address-family"]
+    bgp += ["exit"]
     return {
         "zebra": ["hostname router", "no zebra nexthop kernel enable"],
-        "bfdd": _bfd([(n.addr, n.router_addr, n.name) for n in nodes]),
+        "bfdd": _bfd([(n.addr, n.router_addr, n.name) for n in nodes] if bfd else []),
         "bgpd": bgp,
     }
 
@@ -191,13 +220,11 @@ class RoutedBed:
         nodes: int = 3,
         prefix: str | None = None,
         vip: str = VIP,
-        *,
-        frr_nodes: bool = True,
+        node_frr: bool = True,
+        ipv6: bool = False,
         lan: bool = False,
     ) -> None:
-        """``frr_nodes=False``: the nodes run no routing daemon (a BGP speaker inside the
-        agent peers with the router instead); the build then waits for no session.
-        ``lan=True``: the nodes also share a segment (`LAN_PREFIX`: a bridge in
+        """``lan=True``: the nodes also share a segment (`LAN_PREFIX`: a bridge in
         ``<prefix>-l``, ``lan0`` on each node, 10.78.100.i/24) for an election that needs
         one (VRRP checks that its adverts come from its own link, TTL 255); the router is
         not on it."""
@@ -205,12 +232,21 @@ class RoutedBed:
             raise ValueError(f"a routed bed has 1-8 nodes (got {nodes})")
         self.prefix = check_prefix(prefix or new_prefix())
         self.vip = vip
-        self.frr_nodes = frr_nodes
+        self.node_frr = node_frr
+        self.ipv6 = ipv6
         self.lan = f"{self.prefix}-l" if lan else None
         self.router = f"{self.prefix}-r"
         self.client = f"{self.prefix}-c"
         self.nodes = [
-            RoutedNode(f"n{i}", i, f"{self.prefix}-n{i}", f"10.78.{i}.1", f"10.78.{i}.0")
+            RoutedNode(
+                f"n{i}",
+                i,
+                f"{self.prefix}-n{i}",
+                f"10.78.{i}.1",
+                f"10.78.{i}.0",
+                f"fd00:78:{i}::1" if ipv6 else "",
+                f"fd00:78:{i}::" if ipv6 else "",
+            )
             for i in range(1, nodes + 1)
         ]
         self.workdir = Path(tempfile.mkdtemp(prefix=f"vipd-routed-{self.prefix}-"))
@@ -313,11 +349,13 @@ class RoutedBed:
             _run([IP, "-n", node.ns, "addr", "add", f"{node.addr}/31", "dev", "eth0"])
             _run([IP, "-n", node.ns, "link", "set", "eth0", "up"])
             _run([IP, "-n", node.ns, "route", "add", "default", "via", node.router_addr])
+        if self.ipv6:
+            self._add_ipv6()
         if self.lan is not None:
             self._build_lan(self.lan)
-        self._start_frr(r, _router_conf(self.nodes))
-        if not self.frr_nodes:
-            return
+        self._start_frr(r, _router_conf(self.nodes, bfd=self.node_frr, ipv6=self.ipv6))
+        if not self.node_frr:
+            return  # vipd's speaker opens the sessions (bgp_yaml)
         for node in self.nodes:
             self._start_frr(node.ns, _node_conf(node, self.vip))
         self.wait_sessions()
@@ -362,6 +400,42 @@ class RoutedBed:
         )
         self.procs.append(proc)
         return proc
+
+    def _add_ipv6(self) -> None:
+        """The IPv6 half of every link (``nodad``: no duplicate detection delay in a bed)."""
+        r = self.router
+        for key in ("net.ipv6.conf.all.forwarding=1", "net.ipv6.fib_multipath_hash_policy=1"):
+            self.exec(r, ["sysctl", "-qw", key])
+        _run([IP, "-n", r, "addr", "add", f"{ROUTER_LAN6}/64", "dev", "c", "nodad"])
+        _run([IP, "-n", self.client, "addr", "add", f"{CLIENT6}/64", "dev", "eth0", "nodad"])
+        _run([IP, "-n", self.client, "-6", "route", "add", "default", "via", ROUTER_LAN6])
+        for node in self.nodes:
+            _run(
+                [IP, "-n", r, "addr", "add", f"{node.router_addr6}/127", "dev", node.name, "nodad"]
+            )
+            _run([IP, "-n", node.ns, "addr", "add", f"{node.addr6}/127", "dev", "eth0", "nodad"])
+            _run([IP, "-n", node.ns, "-6", "route", "add", "default", "via", node.router_addr6])
+
+    def bgp_yaml(self, node: RoutedNode, hold_time: int = 9) -> str:
+        """The ``announce`` section of a vipd config for ``node`` in ``announce.mode: bgp``
+        with the router as its one peer (YAML, indented as a top-level section)."""
+        return (
+            "announce:\n"
+            "  mode: bgp\n"
+            "  bgp:\n"
+            f"    local_asn: {NODE_AS}\n"
+            f"    router_id: {node.addr}\n"
+            f"    hold_time: {hold_time}\n"
+            f"    peers: [{{address: {node.router_addr}, asn: {ROUTER_AS}}}"
+            + (f", {{address: '{node.router_addr6}', asn: {ROUTER_AS}}}" if self.ipv6 else "")
+            + "]\n"
+        )
+
+    def sessions_up(self, family: str = "ipv4") -> set[str]:
+        """The node addresses whose BGP session (``family``: ipv4, ipv6) the router has
+        Established."""
+        summary = self.show(self.router, f"show bgp {family} unicast summary json")
+        return {a for a, p in summary.get("peers", {}).items() if p.get("state") == "Established"}
 
     def _start_frr(self, ns: str, confs: dict[str, list[str]]) -> None:
         """zebra, bfdd, bgpd in ``ns``, each reading its own config file at start.
@@ -463,7 +537,8 @@ class RoutedBed:
     def router_nexthops(self, prefix: str | None = None) -> set[str]:
         """The next hops the router's RIB has installed for ``prefix`` (default: the VIP/32)."""
         prefix = prefix or f"{self.vip}/32"
-        routes = self.show(self.router, f"show ip route {prefix} json").get(prefix, [])
+        show = "ipv6" if ":" in prefix else "ip"
+        routes = self.show(self.router, f"show {show} route {prefix} json").get(prefix, [])
         hops: set[str] = set()
         for route in routes:
             if route.get("protocol") != "bgp" or not route.get("selected"):
@@ -488,7 +563,8 @@ class RoutedBed:
     def kernel_nexthops(self, prefix: str | None = None) -> set[str]:
         """The next hops of ``prefix`` in the router's kernel FIB (what packets follow)."""
         prefix = prefix or f"{self.vip}/32"
-        out = _run([IP, "-j", "-n", self.router, "route", "show", prefix]).stdout.strip()
+        family = "-6" if ":" in prefix else "-4"
+        out = _run([IP, "-j", "-n", self.router, family, "route", "show", prefix]).stdout.strip()
         hops: set[str] = set()
         for route in json.loads(out) if out else []:
             if "gateway" in route:

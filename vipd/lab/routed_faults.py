@@ -91,6 +91,10 @@ def _routing_table(bed: RoutedBed, node: RoutedNode) -> str:
     return f"announce: {{mode: routing-table, drain: {DRAIN}}}\n"
 
 
+def _bgp(bed: RoutedBed, node: RoutedNode) -> str:
+    return bed.bgp_yaml(node) + f"  drain: {DRAIN}\n"
+
+
 def node_side(announce: str) -> NodeSide:
     """The node side of ``announce``; LabError when it cannot run with this tree."""
     if announce == "routing-table":
@@ -102,12 +106,8 @@ def node_side(announce: str) -> NodeSide:
                 "vipd/routed/speaker.py), which this vipd does not have; "
                 "--announce routing-table runs the same fabric with FRR on the nodes"
             )
-        # The slot for the speaker's side: nodes without FRR (RoutedBed(frr_nodes=False))
-        # and an `announce: {mode: bgp, ...}` section peering with the node's router_addr.
-        raise LabError(
-            "--announce bgp: vipd has a BGP speaker but the lab's node side for it is not "
-            "written yet (vipd/lab/routed_faults.py, node_side)"
-        )
+        # No FRR on the nodes: vipd's speaker peers with the router (no BFD toward it).
+        return NodeSide(announce, False, _bgp)
     raise LabError(f"--announce must be one of {', '.join(ANNOUNCES)} (got {announce!r})")
 
 

@@ -371,7 +371,7 @@ def _span(bad: Sequence[Attempt], resolution: float) -> float | None:
 def execute(opts: RoutedOptions) -> dict[str, Any]:
     """Run the routed lab; the report as plain data (LabError if it cannot start)."""
     side = node_side(opts.announce)
-    bed = RoutedBed(nodes=opts.nodes, prefix=opts.prefix, frr_nodes=side.frr_nodes)
+    bed = RoutedBed(nodes=opts.nodes, prefix=opts.prefix, node_frr=side.frr_nodes)
     session: RoutedSession | None = None
     rounds: list[RoutedRound] = []
     keep = opts.keep

@@ -36,6 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from ipaddress import IPv4Address
 from typing import Any, Protocol
 
 from vipd import log as vlog
@@ -47,6 +48,7 @@ from vipd.health.tracker import BackendHealth, Outcome
 from vipd.preflight import Preflight
 from vipd.routed.core import Inputs, State, advance
 from vipd.routed.plan import Observed, Op, Phase, Track, host_network
+from vipd.routed.speaker import Peer, SpeakerConfig
 from vipd.track import Adjustment
 
 __all__ = ["RESYNC", "RoutedElection", "Routes"]
@@ -67,10 +69,50 @@ class Routes(Protocol):
     def close(self) -> None: ...
 
 
-def _open_routes(cfg: Config) -> Routes:
+def _open_routes(cfg: Config, pre: Preflight) -> Routes:
     from vipd.routed.actuator import RouteActuator
 
-    return RouteActuator(cfg.announce.table, cfg.announce.protocol)
+    actuator = RouteActuator(cfg.announce.table, cfg.announce.protocol)
+    if not cfg.announce.speaker:
+        return actuator
+    from vipd.routed.bgp import BgpRoutes
+    from vipd.routed.exabgp import ExaBgpSpeaker
+
+    try:
+        speaker = ExaBgpSpeaker(speaker_config(cfg, pre), log=vlog.get())
+        routes = BgpRoutes(actuator, speaker)
+        speaker.on_change = routes.publish
+        speaker.start()
+    except BaseException:
+        actuator.close()
+        raise
+    return routes
+
+
+def speaker_config(cfg: Config, pre: Preflight) -> SpeakerConfig:
+    """``announce.bgp`` with the passwords read from their files and the router id
+    defaulted to this node's IPv4 source address (ValueError when it has none)."""
+    from vipd.routed.bgp_password import read_password
+
+    b = cfg.announce.bgp
+    assert b.local_asn is not None  # the config requires it in bgp mode
+    router_id = b.router_id
+    if router_id is None:
+        v4 = [a for a in (pre.source, *pre.sources) if isinstance(a, IPv4Address)]
+        v4 += [a.ip for a in pre.link.addresses if isinstance(a.ip, IPv4Address)]
+        if not v4:
+            raise ValueError("announce.bgp.router_id: no IPv4 address on the node; set it")
+        router_id = v4[0]
+    peers = tuple(
+        Peer(
+            p.address,
+            p.asn,
+            p.port,
+            None if p.password_file is None else read_password(p.password_file),
+        )
+        for p in b.peers
+    )
+    return SpeakerConfig(b.local_asn, router_id, b.hold_time, peers)
 
 
 class RoutedElection:
@@ -84,13 +126,13 @@ class RoutedElection:
         pre: Preflight,
         *,
         clock: Callable[[], float] = time.monotonic,
-        open_routes: Callable[[Config], Routes] = _open_routes,
+        open_routes: Callable[[Config], Routes] | None = None,
     ) -> None:
         assert cfg.announce.routed and cfg.health is not None
         self.cfg = cfg
         self.pre = pre
         self.clock = clock
-        self._open_routes = open_routes
+        self._open_routes = open_routes or (lambda c: _open_routes(c, self.pre))
         self.log = vlog.get()
         self.routes: Routes | None = None
         self.health: HealthChecker | None = None
@@ -126,8 +168,12 @@ class RoutedElection:
         return d is not None and d.announce
 
     def init_metrics(self) -> None:
+        a = self.cfg.announce
         metrics.init_routed(
-            node=self.cfg.node, vips=[str(v) for v in self.vips], interface=self.pre.link.name
+            node=self.cfg.node,
+            vips=[str(v) for v in self.vips],
+            interface=self.pre.link.name,
+            bgp_peers=[str(p.address) for p in a.bgp.peers] if a.speaker else (),
         )
 
     async def prepare(self) -> VipLink:
@@ -226,6 +272,8 @@ class RoutedElection:
         if was and not d.announce:
             for vip in self.vips:
                 metrics.ROUTED_WITHDRAWALS.labels(vip=str(vip), reason=d.reason).inc()
+                if self.cfg.announce.speaker:
+                    metrics.BGP_WITHDRAWALS.labels(reason=d.reason).inc()
         detail = f"{'announcing' if d.announce else 'not announcing'}: {d.reason}"
         vlog.event(self.log, logging.INFO, "routed: " + detail)
         if self._publish is not None:
@@ -276,6 +324,8 @@ class RoutedElection:
         if self.was_announcing:
             for vip in self.vips:
                 metrics.ROUTED_WITHDRAWALS.labels(vip=str(vip), reason="stop").inc()
+                if self.cfg.announce.speaker:
+                    metrics.BGP_WITHDRAWALS.labels(reason="stop").inc()
             if self._publish is not None:
                 self._publish(Transition(FOLLOWER, "stop", "stopping: withdrawing", now))
         for vip in self.vips:
@@ -307,15 +357,29 @@ class RoutedElection:
             "last_reason": "" if d is None else d.reason,
             "duplicate_claim": False,
             "routed": {
+                "mode": a.mode,
                 "announcing": self.announcing,
                 "phases": {str(v): t.phase.value for v, t in self.state.tracks.items()},
                 "table": a.table,
                 "protocol": a.protocol,
                 "drain_s": a.drain,
+                **self._bgp_status(),
             },
             "master": None,
             "peers": [],
             "counters": {"transitions": self.transitions, "route_errors": self.errors},
+        }
+
+    def _bgp_status(self) -> dict[str, Any]:
+        """bgp mode: each router's session and what the speaker announces (no password)."""
+        speaker = getattr(self.routes, "speaker", None)
+        if not self.cfg.announce.speaker or speaker is None:
+            return {}
+        return {
+            "bgp": {
+                "sessions": {str(p): up for p, up in speaker.sessions().items()},
+                "announced": sorted(map(str, speaker.announced())),
+            }
         }
 
     def stopped_fields(self) -> dict[str, object]:

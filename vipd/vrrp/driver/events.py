@@ -32,6 +32,7 @@ from vipd.vrrp.driver.wire import IPAddress
 if TYPE_CHECKING:
     from vipd.config.election import Vrrp
     from vipd.health.checker import HealthChecker
+    from vipd.vrrp.driver.adverts import AdvertIO
     from vipd.vrrp.driver.following import Follower
     from vipd.vrrp.driver.timers import Timers
 
@@ -65,6 +66,7 @@ class AgentEvents:
     machine: state.Machine
     timers: Timers
     follower: Follower
+    adverts: AdvertIO
     health: HealthChecker | None
     link_up: bool
     _publish: Publish | None
@@ -131,8 +133,11 @@ class AgentEvents:
         """A reload's live keys (``vipd.reload.LIVE``): priority, preemption and its delay,
         the health weight. The new priority goes through the machine like a health change
         (a leader sends one advert with it; a backup moves its down timer), so a reload by
-        itself neither releases nor re-announces the VIP."""
+        itself neither releases nor re-announces the VIP. New auth_hmac keys, signing key or
+        mode apply from the next advert (``signing.AdvertAuth.rekey``)."""
         v = cfg.election.vrrp
+        if self.adverts.auth is not None and v.auth_hmac != self.vrrp.auth_hmac:
+            self.adverts.auth.rekey(v)
         self.cfg, self.vrrp = cfg, v
         self.machine.params = dataclasses.replace(
             self.machine.params,
