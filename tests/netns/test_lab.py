@@ -303,3 +303,25 @@ def test_runner_routed_refuses_what_it_cannot_run(
     if importlib.util.find_spec("vipd.routed.speaker") is None:
         assert runner.run(_lab_args("--announce", "bgp")) == 2
         assert "needs vipd's own BGP speaker" in capsys.readouterr().err
+
+
+def test_runner_bgp_mode_speaker_goes_with_vipd(
+    netns_ok: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--announce bgp: vipd's own speaker on nodes without FRR; SIGKILL takes the speaker
+    and so the path, SIGTERM withdraws it first."""
+    problem = frr_problem()
+    if problem is not None:
+        missing(problem)
+    if importlib.util.find_spec("vipd.routed.speaker") is None:
+        pytest.skip("this vipd has no BGP speaker (announce.mode: bgp)")
+    rounds = []
+    for fault in ("kill", "term"):
+        args = _lab_args("--announce", "bgp", "--fault", fault, "--rounds", "1", "--json")
+        code = runner.run(args)
+        out = capsys.readouterr().out
+        assert code == 0, out
+        rounds += json.loads(out)["rounds"]
+    kill, term = rounds
+    assert kill["expected"] == "path leaves" and kill["effect_ms"] is not None, kill
+    assert term["effect_ms"] is not None and term["failed"] == 0, term

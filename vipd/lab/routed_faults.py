@@ -14,7 +14,8 @@ What it is
     its peers'. ``Fabric.inject(fault, node)`` and ``Fabric.restore(fault, node)``:
 
     - ``kill``: SIGKILL to vipd alone (the node, its FRR and its API server live on; vipd's
-      routes stay, so the path stays). Restore: vipd started again.
+      routes stay, so the path stays; in bgp mode the speaker goes with vipd, and the path
+      with it). Restore: vipd started again.
     - ``term``: SIGTERM to vipd (the withdrawal: route off, drain, binding off). Restore:
       started again.
     - ``apidown``: the node's API server dies (the responder gets SIGKILL: port 6443 and its
