@@ -26,9 +26,10 @@ Configurations:
 - ``vipd-routing-table``: vipd, ``announce.mode: routing-table``, the nodes' FRR exporting
   table 198 with BFD 100 ms × 3 to the router; health checks of its own and its peers' API
   servers every 0.2 s, rise 2, fall 3; drain 1 s (the lab's settings).
-- ``vipd-bgp``: the slot for vipd's own BGP speaker (``announce.mode: bgp``): it runs when
-  this tree has one and `vipd.lab.routed_faults.node_side` knows how to run it, else it is
-  reported as not run, with the reason.
+- ``vipd-bgp``: vipd's own BGP speaker (``announce.mode: bgp``, ExaBGP as its child) on
+  nodes without FRR, peering with the router (`vipd.lab.routed_faults.node_side`,
+  ``RoutedBed.bgp_yaml``, hold time 9 s, no BFD toward it in this bed); the same health
+  checks and drain. Reported as not run, with the reason, on a vipd without the speaker.
 - ``kube-vip-bgp``: kube-vip v1.0.0 with its embedded GoBGP peering with the router, every
   node advertising (``cp_enable`` without leader election); no BFD (GoBGP has none): the
   router's hold time (FRR's datacenter default 9 s, lower than kube-vip's 30 s) is what
