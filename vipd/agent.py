@@ -66,9 +66,10 @@ EXIT_SIGNAL_BASE = 128  # stopped by another terminating signal: 128 + its numbe
 def make_elections(cfg: Config, pre: Preflight) -> list[Election]:
     """The backend ``election.mode`` names, as instances: the Lease moves every VIP with one
     Lease; VRRP runs one virtual router per address family of the VIPs (RFC 9568 §7), IPv4
-    first, each on ``election.vrrp.vrid``. Routing-table mode elects nothing: one instance
-    for every VIP applies the ECMP pool rule (``vipd.routed.backend``)."""
-    if cfg.announce.routed:
+    first, each on ``election.vrrp.vrid``. Routing-table mode with the ECMP pool elects
+    nothing: one instance for every VIP applies the ECMP pool rule (``vipd.routed.backend``);
+    with ``pool: leader`` the election runs as in ARP mode and its holder announces."""
+    if cfg.announce.ecmp:
         from vipd.routed.backend import RoutedElection
 
         return [RoutedElection(cfg, pre)]
@@ -99,8 +100,15 @@ class Agent:
         self.loader = loader
         self.stop_signal: int | None = None
         if cfg.announce.routed and actuators is host_actuators:
-            # Routes bind and announce the VIP (vipd.routed.backend): no address, no ARP.
-            actuators = inert_actuators
+            # Routes bind and announce the VIP: no address, no ARP. The ECMP pool's backend
+            # writes them itself (vipd.routed.backend); with pool: leader the controller
+            # drives them as it would the address (vipd.routed.leader).
+            if cfg.announce.ecmp:
+                actuators = inert_actuators
+            else:
+                from vipd.routed.leader import leader_actuators
+
+                actuators = leader_actuators(cfg)
         self._make_actuators = actuators
         self._watch_link = watch_link
         self.endpoint = endpoint

@@ -85,9 +85,11 @@ def _check_offline(path: str | None) -> int:
     cfg = config.parse(data, env=os.environ, hostname=socket.gethostname())
     print(f"config {name}: valid (offline: host, wire and API not checked)")
     vips = ", ".join(map(str, cfg.vips))
-    how = (
-        f"announce {cfg.announce.mode}" if cfg.announce.routed else f"election {cfg.election.mode}"
-    )
+    how = f"election {cfg.election.mode}"
+    if cfg.announce.ecmp:
+        how = f"announce {cfg.announce.mode} (ECMP pool: no election)"
+    elif cfg.announce.routed:
+        how = f"announce routing-table, pool leader: the {cfg.election.mode} holder announces"
     print(f"  VIP {vips}, {how}, endpoint {cfg.metrics.listen}")
     return 0
 
@@ -102,6 +104,32 @@ def cmd_check(args: argparse.Namespace) -> int:
     sources = ", ".join(map(str, pre.sources or (pre.source,)))
     print(f"  node {cfg.node}, VIP {vips} on {pre.link.name} (source {sources})")
     print(f"  endpoint {cfg.metrics.listen}: /metrics /healthz /readyz /status")
+    if cfg.announce.routed:
+        a, h = cfg.announce, cfg.health
+        health = "no health checks"
+        if h is not None:
+            health = (
+                f"health {h.path} on {h.local} port {h.port}, peers "
+                f"{', '.join(map(str, h.peers)) or 'none (a lone node announces at once)'}"
+            )
+        who = "every node whose API server is healthy" if a.ecmp else "the elected holder"
+        print(
+            f"  {a.mode} mode: table {a.table} protocol {a.protocol} drain {a.drain:g}s "
+            f"pool {a.pool} ({who} announces); {health}"
+        )
+        if a.speaker:
+            b = a.bgp
+            routers = ", ".join(
+                f"{p.address} AS{p.asn}" + (" md5" if p.password_file else "") for p in b.peers
+            )
+            print(
+                f"  bgp mode: AS{b.local_asn} router-id {b.router_id or 'the node address'} "
+                f"hold {b.hold_time}s; routers {routers} (password files checked)"
+            )
+        if a.ecmp:
+            for finding in pre.findings:
+                print(f"  preflight: {finding}")
+            return 0
     if cfg.election.mode == "lease":
         lease = cfg.election.lease
         assert lease is not None
@@ -114,26 +142,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         for finding in pre.findings:
             print(f"  preflight: {finding}")
         startup.check_access(cfg)
-        return 0
-    if cfg.announce.routed:
-        a, h = cfg.announce, cfg.health
-        assert h is not None  # the config requires it in this mode
-        print(
-            f"  {a.mode} mode: table {a.table} protocol {a.protocol} drain {a.drain:g}s "
-            f"pool {a.pool}; health {h.path} on {h.local} port {h.port}, peers "
-            f"{', '.join(map(str, h.peers)) or 'none (a lone node announces at once)'}"
-        )
-        if a.speaker:
-            b = a.bgp
-            routers = ", ".join(
-                f"{p.address} AS{p.asn}" + (" md5" if p.password_file else "") for p in b.peers
-            )
-            print(
-                f"  bgp mode: AS{b.local_asn} router-id {b.router_id or 'the node address'} "
-                f"hold {b.hold_time}s; routers {routers} (password files checked)"
-            )
-        for finding in pre.findings:
-            print(f"  preflight: {finding}")
         return 0
     v = cfg.election.vrrp
     peers = pre.unicast_peers

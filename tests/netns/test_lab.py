@@ -8,6 +8,7 @@ anything. Every wait is bounded; the whole module runs in well under a minute.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import signal
 import subprocess
@@ -19,12 +20,14 @@ from pathlib import Path
 import pytest
 
 from tests.netns.waiting import wait_for as wait_until
+from tests.prereq import missing
 from vipd.lab import runner
 from vipd.lab.analysis import measure, stable_on
 from vipd.lab.daemons import VrrpSpec, make_fleet
 from vipd.lab.faults import Chaos, move_vip
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
+from vipd.lab.routed import frr_problem
 from vipd.lab.topology import VIP4, VIP6, Lab, LabError, cleanup, lab_namespaces, netns_pids
 
 pytestmark = pytest.mark.netns
@@ -247,3 +250,78 @@ def test_runner_keepalived_three_nodes_recovers_every_round(
         assert 100 <= rnd["client_outage_ms"] <= 1000, rnd
         assert not rnd["failover"]["flap"]
     assert lab_namespaces(report["lab"]["prefix"]) == []
+
+
+# -- the runner on a routed fabric (--announce routing-table) --------------------------------
+
+
+def _lab_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    runner.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_runner_routed_every_fault_once(netns_ok: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """Three vipd in routing-table mode behind a real FRR router: each fault has the effect
+    it must have in the router's FIB, the client sees it, and the bed goes away."""
+    problem = frr_problem()
+    if problem is not None:
+        missing(problem)
+    code = runner.run(_lab_args("--announce", "routing-table", "--rounds", "1", "--json"))
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert code == 0, out
+    rounds = {r["fault"]: r for r in report["rounds"]}
+    assert list(rounds) == ["kill", "term", "apidown", "linkdown", "silent", "bgpreset"]
+    assert all(r["ok"] and r["back"] for r in rounds.values()), out
+    # SIGKILL leaves vipd's routes: the path never left and no connect failed meanwhile.
+    assert rounds["kill"]["effect_ms"] is None and rounds["kill"]["failed"] == 0
+    for fault in ("term", "apidown", "linkdown", "silent"):
+        r = rounds[fault]
+        paths = [w.split(": ")[1] for _, w in r["timeline"] if w.startswith("router paths: ")]
+        assert r["effect_ms"] is not None and paths, r
+        assert r["node"] not in paths[0].split(","), r["timeline"]  # its path left first
+    # The instrument sees a dead path: connects hashed to a node without its API server, or
+    # to a silent node, failed until the router dropped the path.
+    for fault in ("apidown", "silent"):
+        assert rounds[fault]["failed"] > 0, rounds[fault]
+    # Every session reset: no path at all for a while, and the client saw that.
+    reset = rounds["bgpreset"]
+    assert any(w == "router paths: none" for _, w in reset["timeline"]), reset["timeline"]
+    assert reset["full_outage_ms"] > 100, reset
+    assert lab_namespaces(report["lab"]["prefix"]) == []
+
+
+def test_runner_routed_refuses_what_it_cannot_run(
+    netns_ok: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert runner.run(_lab_args("--fault", "silent")) == 2
+    assert "needs --announce routing-table" in capsys.readouterr().err
+    args = _lab_args("--announce", "routing-table", "--election", "lease")
+    assert runner.run(args) == 2
+    assert "--election is not used with --announce routing-table" in capsys.readouterr().err
+    if importlib.util.find_spec("vipd.routed.speaker") is None:
+        assert runner.run(_lab_args("--announce", "bgp")) == 2
+        assert "needs vipd's own BGP speaker" in capsys.readouterr().err
+
+
+def test_runner_bgp_mode_speaker_goes_with_vipd(
+    netns_ok: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--announce bgp: vipd's own speaker on nodes without FRR; SIGKILL takes the speaker
+    and so the path, SIGTERM withdraws it first."""
+    problem = frr_problem()
+    if problem is not None:
+        missing(problem)
+    if importlib.util.find_spec("vipd.routed.speaker") is None:
+        pytest.skip("this vipd has no BGP speaker (announce.mode: bgp)")
+    rounds = []
+    for fault in ("kill", "term"):
+        args = _lab_args("--announce", "bgp", "--fault", fault, "--rounds", "1", "--json")
+        code = runner.run(args)
+        out = capsys.readouterr().out
+        assert code == 0, out
+        rounds += json.loads(out)["rounds"]
+    kill, term = rounds
+    assert kill["expected"] == "path leaves" and kill["effect_ms"] is not None, kill
+    assert term["effect_ms"] is not None and term["failed"] == 0, term

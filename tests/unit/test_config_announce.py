@@ -47,7 +47,7 @@ def test_routing_table_needs_no_election_and_takes_peers() -> None:
         ({"announce": {"mode": "routing-table", "table": 0}}, "announce.table: must be an int"),
         ({"announce": {"mode": "routing-table", "protocol": 4}}, "announce.protocol: must be"),
         ({"announce": {"mode": "routing-table", "drain": -1}}, "announce.drain: must be"),
-        ({"announce": {"mode": "routing-table", "pool": "leader"}}, "not built yet"),
+        ({"announce": {"mode": "routing-table", "pool": "first"}}, "announce.pool: must be one"),
     ],
 )
 def test_routed_errors_are_one_line_naming_the_key(change: dict[str, Any], message: str) -> None:
@@ -63,3 +63,35 @@ def test_routed_errors_are_one_line_naming_the_key(change: dict[str, Any], messa
 def test_peers_still_refused_with_vrrp() -> None:
     with pytest.raises(config.ConfigError, match=r"health\.peers: is only used with"):
         parse({**BASE, "election": {"vrrp": {"vrid": 1}}, "health": {"peers": ["10.78.2.1"]}})
+
+
+LEADER: dict[str, Any] = {**BASE, "announce": {"mode": "routing-table", "pool": "leader"}}
+
+
+def test_pool_leader_runs_the_election_without_health() -> None:
+    cfg = parse({**LEADER, "election": {"vrrp": {"vrid": 7}}})
+    assert cfg.announce.routed and not cfg.announce.ecmp and cfg.announce.pool == "leader"
+    assert cfg.election.mode == "vrrp" and cfg.health is None
+    lease = parse({**LEADER, "election": {"mode": "lease"}, "health": {"peers": ["10.78.2.1"]}})
+    assert lease.election.mode == "lease" and lease.health is not None
+
+
+def test_pool_leader_still_refuses_ipvs() -> None:
+    doc = {**LEADER, "election": {"vrrp": {"vrid": 7}}, "health": None}
+    doc["ipvs"] = {"enabled": True, "backends": ["10.78.2.1"]}
+    with pytest.raises(config.ConfigError, match=r"ipvs\.enabled: must be false .*pool: leader"):
+        parse(doc)
+
+
+def test_pool_leader_is_refused_in_bgp_mode() -> None:
+    doc = {
+        **BASE,
+        "announce": {
+            "mode": "bgp",
+            "pool": "leader",
+            "bgp": {"local_asn": 65100, "peers": [{"address": "10.78.1.0", "asn": 65000}]},
+        },
+        "health": None,
+    }
+    with pytest.raises(config.ConfigError, match=r"announce\.pool: leader is built for"):
+        parse(doc)

@@ -221,6 +221,7 @@ FLOORS = {
     "vipd.routed": "core",
     "vipd.routed.actuator": "host",
     "vipd.routed.backend": "drivers",
+    "vipd.routed.leader": "drivers",
     "vipd.bfd": "drivers",
     "vipd.bfd.packet": "core",
     "vipd.bfd.session": "core",

@@ -32,6 +32,9 @@ RULES = MONITORING / "vipd-rules.yaml"
 OPERATOR_RULES = MONITORING / "vipd-prometheusrule.yaml"
 DASHBOARD = MONITORING / "vipd-dashboard.json"
 RULE_TESTS = ROOT / "tests" / "monitoring" / "vipd-rules.test.yaml"
+# Optional rules on FRR's sessions (frr_exporter's metrics, not vipd's): routing-table mode.
+FRR_RULES = MONITORING / "vipd-routed-frr-rules.yaml"
+FRR_RULE_TESTS = ROOT / "tests" / "monitoring" / "vipd-routed-frr-rules.test.yaml"
 RUNBOOK = ROOT / "docs" / "operations" / "alerts.md"
 
 # Series Prometheus makes itself for every target.
@@ -123,10 +126,11 @@ def test_promtool_check_rules() -> None:
     assert f"SUCCESS: {len(rule_list())} rules found" in out.stdout
 
 
-def test_promtool_test_rules() -> None:
+@pytest.mark.parametrize("tests", [RULE_TESTS, FRR_RULE_TESTS], ids=lambda p: p.name)
+def test_promtool_test_rules(tests: Path) -> None:
     out = subprocess.run(
-        [promtool(), "test", "rules", RULE_TESTS.name],
-        cwd=RULE_TESTS.parent,
+        [promtool(), "test", "rules", tests.name],
+        cwd=tests.parent,
         capture_output=True,
         text=True,
         check=False,
@@ -135,11 +139,29 @@ def test_promtool_test_rules() -> None:
     assert "SUCCESS" in out.stdout
 
 
+def test_frr_session_rules_check_and_fire_only_on_a_session_down(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [promtool(), "check", "rules", str(FRR_RULES)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0 and "SUCCESS: 1 rules found" in out.stdout, out.stdout
+    # The harness can fail: the alert on established sessions instead breaks the test.
+    broken = FRR_RULES.read_text().replace('safi="unicast"} == 0', 'safi="unicast"} == 1')
+    assert broken != FRR_RULES.read_text()
+    (tmp_path / "rules.yaml").write_text(broken)
+    tests = yaml.safe_load(FRR_RULE_TESTS.read_text())
+    tests["rule_files"] = ["rules.yaml"]
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(tests))
+    failed = subprocess.run(
+        [promtool(), "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert failed.returncode != 0 and "VipdRoutedSessionDown" in failed.stdout + failed.stderr
+
+
 def test_promtool_test_rules_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
     """The harness can fail: the same tests against a rule file whose split-brain alert
     needs 3 nodes instead of 2 must not pass."""
     broken = RULES.read_text().replace(
-        "sum by (vip) (vipd_vip_bound) > 1", "sum by (vip) (vipd_vip_bound) > 2"
+        'vipd_role{backend="routed"}) > 1', 'vipd_role{backend="routed"}) > 2'
     )
     assert broken != RULES.read_text()
     (tmp_path / "rules.yaml").write_text(broken)
@@ -209,8 +231,9 @@ def runbook_sections() -> dict[str, str]:
 
 def test_every_runbook_url_points_at_a_section_that_says_what_to_check_and_do() -> None:
     sections = runbook_sections()
-    alerts = {r["alert"] for r in rule_list()}
-    for rule in rule_list():
+    rules = rule_list() + rule_list(FRR_RULES)
+    alerts = {r["alert"] for r in rules}
+    for rule in rules:
         base, _, anchor = rule["annotations"]["runbook_url"].partition("#")
         assert base.endswith("/docs/operations/alerts.md"), base
         assert anchor == rule["alert"].lower(), rule["annotations"]["runbook_url"]
@@ -219,7 +242,7 @@ def test_every_runbook_url_points_at_a_section_that_says_what_to_check_and_do() 
         severity = rule["labels"]["severity"].capitalize()
         assert text.lstrip().startswith(f"**{severity}.**"), rule["alert"]
     # One base for every alert, and no section for an alert that no longer exists.
-    assert len({r["annotations"]["runbook_url"].partition("#")[0] for r in rule_list()}) == 1
+    assert len({r["annotations"]["runbook_url"].partition("#")[0] for r in rules}) == 1
     assert set(sections) == {a.lower() for a in alerts}
 
 

@@ -19,7 +19,7 @@ from vipd.health.tracker import BackendHealth
 from vipd.instance import inert_actuators
 from vipd.preflight import HostLink, Preflight
 from vipd.routed.backend import RESYNC, RETRY, RoutedElection
-from vipd.routed.plan import Op, Phase
+from vipd.routed.plan import Observed, Op, Phase, host_network
 
 VIP = IPv4Address("10.79.0.100")
 LOCAL = IPv4Address("127.0.0.1")
@@ -33,6 +33,10 @@ class FakeRoutes:
         self.calls: list[tuple[str, Any]] = []
         self.fail = False
         self.closed = False
+        self.seen = Observed()  # what a predecessor left
+
+    def observe(self) -> Observed:
+        return self.seen
 
     def converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]:
         if self.fail:
@@ -131,6 +135,26 @@ def test_prepare_removes_a_predecessors_routes_before_any_decision() -> None:
     assert link.name == "eth0"
     assert bed.routes.calls == [("converge", {})]
     assert bed.published == []
+
+
+def test_a_predecessors_bound_vip_drains_instead_of_vanishing() -> None:
+    """After a SIGKILL the VIP's binding is kept for the drain (announcement off at once):
+    connections the router still sends are answered; healthy by then, it stays bound."""
+    for healthy_soon in (True, False):
+        bed = Bed(drain=1.5)
+        net = host_network(VIP)
+        bed.routes.seen = Observed(frozenset({net}), frozenset({net}))
+        asyncio.run(bed.election.prepare())
+        assert bed.routes.calls == [("converge", {VIP: Phase.DRAINING})]
+        bed.clock.t += 0.5
+        if healthy_soon:
+            bed.health.snap = {LOCAL: healthy(bed.clock.t)}
+        asyncio.run(bed.election.tick())
+        want = Phase.ANNOUNCED if healthy_soon else Phase.DRAINING
+        assert bed.routes_wanted() == {VIP: want}
+        bed.clock.t += 1.5
+        asyncio.run(bed.election.tick())
+        assert bed.routes_wanted() == {VIP: want if healthy_soon else Phase.WITHDRAWN}
 
 
 def test_healthy_announces_and_publishes_leader() -> None:

@@ -204,3 +204,30 @@ def test_several_vips_are_listed_each_with_its_role() -> None:
     )
     one = {**LEADER, "vips": [{"vip": "10.0.0.100", "bound": True, "role": "leader"}]}
     assert lines(one)["VIP"] == "10.0.0.100 on eth0, bound here" and "VIPs" not in lines(one)
+
+
+def test_routing_table_mode_says_what_it_announces_and_no_vrrp_lines() -> None:
+    doc = {
+        **LEADER,
+        "backend": "routed",
+        "vrrp": None,
+        "master": None,
+        "peers": [],
+        "last_reason": "healthy",
+        "routed": {
+            "announcing": True,
+            "phases": {"10.0.0.100": "announced"},
+            "table": 198,
+            "protocol": 248,
+            "drain_s": 2.0,
+        },
+    }
+    got = lines(doc)
+    assert got["role"] == "leader (routed, for 12.500 s)"
+    assert got["VIP"] == "10.0.0.100 on eth0, announced here"
+    assert got["routed"] == (
+        "announcing (healthy): table 198 protocol 248, drain 2 s; 10.0.0.100 announced"
+    )
+    assert "master" not in got and "peers" not in got
+    out = lines({**doc, "vip_bound": False, "routed": {**doc["routed"], "announcing": False}})
+    assert out["VIP"].endswith("not announced here") and out["routed"].startswith("not ann")

@@ -1,9 +1,10 @@
 """The ``announce`` section: how the VIP reaches the network. ``arp`` (the default) binds it
 on the interface and announces it with gratuitous ARP / unsolicited NA after an election;
 ``routing-table`` writes it as a route into a kernel table that the node's routing daemon
-exports to BGP, and every node decides for itself by the ECMP pool rule
-(docs/design/routed.md, `vipd.routed`); ``bgp`` is the same with vipd's own BGP speaker
-announcing it (``announce.bgp``, `vipd.config.bgp`) instead of the node's routing daemon.
+exports to BGP; with ``pool: ecmp`` every node decides for itself by the ECMP pool rule, with
+``pool: leader`` the elected holder alone announces (docs/design/routed.md, `vipd.routed`);
+``bgp`` is the ECMP pool with vipd's own BGP speaker announcing it (``announce.bgp``,
+`vipd.config.bgp`) instead of the node's routing daemon.
 
 What it must not do: touch routes (``vipd.routed.actuator``) or do any I/O.
 
@@ -13,7 +14,9 @@ Where the rules come from
       every route of the node. 0 is ``RT_TABLE_UNSPEC``.
     - ``protocol``: 5 to 255; 0-4 are the kernel's own (``RTPROT_UNSPEC``, ``REDIRECT``,
       ``KERNEL``, ``BOOT``, ``STATIC``). vipd only ever sees and touches routes of its protocol.
-    - ``pool: leader`` (only an elected holder announces) is not built: refused by name.
+    - ``pool``: ``ecmp`` (every node whose API server is healthy announces: no election) or
+      ``leader`` (the holder that ``election`` elects, VRRP or a Lease, announces alone:
+      `vipd.routed.leader`).
 """
 
 from __future__ import annotations
@@ -49,12 +52,13 @@ def _table(c: Check, key: str, value: object, _: Mapping[str, Any]) -> int:
     return table
 
 
-def _pool(c: Check, key: str, value: object, _: Mapping[str, Any]) -> str:
+def _pool(c: Check, key: str, value: object, got: Mapping[str, Any]) -> str:
     pool = c.choice(key, value, ("ecmp", "leader"))
-    if pool == "leader":
+    if pool == "leader" and got.get("mode") == BGP:
         c.fail(
             key,
-            "leader (only an elected holder announces) is not built yet in this version; use ecmp",
+            "leader is built for announce.mode: routing-table only (bgp mode announces by the "
+            "ECMP pool rule); use ecmp",
             value,
         )
     return pool
@@ -75,15 +79,21 @@ class Announce:
     protocol: int = field(default=248, metadata=spec(lambda c, k, v, _: c.integer(k, v, 5, 255)))
     # seconds between the announcement's withdrawal and the binding's removal
     drain: float = field(default=2.0, metadata=spec(seconds(0, 60)))
-    pool: Literal["ecmp"] = field(default="ecmp", metadata=spec(_pool))
+    pool: Literal["ecmp", "leader"] = field(default="ecmp", metadata=spec(_pool, needs=("mode",)))
     bgp: Bgp = field(default=Bgp(), metadata=spec(section=Bgp, needs=("mode",), then=_bgp_used))
 
     @property
     def routed(self) -> bool:
-        """Routing-table or bgp mode: the ECMP pool rule and AnyIP bindings, no election."""
+        """Routing-table or bgp mode: AnyIP bindings, the routes announce the VIP."""
         return self.mode in (ROUTED, BGP)
 
     @property
     def speaker(self) -> bool:
         """bgp mode: vipd's own BGP speaker announces (not a table for a routing daemon)."""
         return self.mode == BGP
+
+    @property
+    def ecmp(self) -> bool:
+        """The ECMP pool (routing-table's default, bgp's only): every node decides, nothing
+        is elected."""
+        return self.routed and self.pool == "ecmp"

@@ -167,7 +167,7 @@ def read_config(
         node, c.sources["node"] = hostname, "hostname"
     read_key(c, "", Config, "node", {"node": node}, got)
     announce = read_key(c, "", Config, "announce", top, got)
-    if announce.routed:
+    if announce.ecmp:
         _routed_election(c, top, got, announce.mode)
     c.election = read_key(c, "", Config, "election", top, got)
     read_key(c, "", Config, "garp", top, got)
@@ -179,7 +179,7 @@ def read_config(
     for f, _ in fields_of(Config):  # the other sections, in declaration order
         read_key(c, "", Config, f.name, top, got)
     if announce.routed:
-        _routed_sections(c, got, announce.mode)
+        _routed_sections(c, got, announce.mode, announce.ecmp)
     return Config(**got)
 
 
@@ -196,9 +196,10 @@ def _routed_election(c: Check, top: Mapping[str, Any], got: dict[str, Any], mode
     got["election"] = Election(mode="none")
 
 
-def _routed_sections(c: Check, got: Mapping[str, Any], mode: str) -> None:
-    """What routing-table and bgp modes need from the other sections."""
-    if got["health"] is None:
+def _routed_sections(c: Check, got: Mapping[str, Any], mode: str, ecmp: bool) -> None:
+    """What routing-table and bgp modes need from the other sections. With ``pool: leader``
+    the election decides (health gates it as in ARP mode, if present)."""
+    if ecmp and got["health"] is None:
         # The pool rule is "announce while the local API server is healthy": without the
         # checks every node would announce a path whether its API server answers or not.
         c.fail(
@@ -212,6 +213,6 @@ def _routed_sections(c: Check, got: Mapping[str, Any], mode: str) -> None:
         c.fail(
             "ipvs.enabled",
             f"must be false with announce.mode: {mode} (the router's ECMP balances "
-            "over the announcing nodes)",
+            "over the announcing nodes; with pool: leader, IPVS on the holder is not built)",
             True,
         )

@@ -97,6 +97,7 @@ def render(doc: Mapping[str, Any]) -> str:
     """The status document as aligned lines, most important first."""
     g = doc.get
     vrrp: Mapping[str, Any] = g("vrrp") or {}
+    routed: Mapping[str, Any] = g("routed") or {}  # routing-table mode's ECMP pool
     lines: list[tuple[str, str]] = []
     role = _s(g("role"))
     since = g("role_since_s")
@@ -111,7 +112,10 @@ def render(doc: Mapping[str, Any]) -> str:
         vip_text = f"{', '.join(_s(v.get('vip')) for v in vips)} on {_s(g('interface'))}"
     else:
         vip_text = f"{_s(g('vip'))} on {_s(g('interface'))}"
-        vip_text += ", bound here" if bound else ", not bound here"
+        if routed:
+            vip_text += ", announced here" if bound else ", not announced here"
+        else:
+            vip_text += ", bound here" if bound else ", not bound here"
     if g("duplicate_claim"):
         vip_text += "; ANOTHER NODE CLAIMS IT TOO (split brain)"
     lines.append(("VIP", vip_text))
@@ -144,8 +148,22 @@ def render(doc: Mapping[str, Any]) -> str:
                 f" s, credentials {_s(lease.get('credentials'))}",
             )
         )
+    if routed:
+        phases = routed.get("phases") or {}
+        lines.append(
+            (
+                "routed",
+                f"{'announcing' if routed.get('announcing') else 'not announcing'}"
+                f" ({_s(g('last_reason')) or 'no decision yet'}): table "
+                f"{_s(routed.get('table'))} protocol {_s(routed.get('protocol'))}, drain "
+                f"{_g(routed.get('drain_s'))} s; "
+                + (", ".join(f"{k} {v}" for k, v in sorted(phases.items())) or "no route yet"),
+            )
+        )
     master = g("master")
-    if isinstance(master, Mapping):
+    if routed:
+        pass  # every node decides for itself: no master, no adverts to hear
+    elif isinstance(master, Mapping):
         text = _s(master.get("address"))
         if master.get("priority") is not None:
             text += f" priority {master['priority']}"
@@ -157,7 +175,9 @@ def render(doc: Mapping[str, Any]) -> str:
     else:
         lines.append(("master", "none known"))
     peers = g("peers") or []
-    if peers:
+    if routed:
+        pass
+    elif peers:
         for i, p in enumerate(peers):
             lines.append(
                 (

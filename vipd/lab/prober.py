@@ -45,12 +45,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from vipd.lab.analysis import Attempt, parse_line
-from vipd.lab.topology import Lab, python_argv, python_env
+from vipd.lab.topology import python_argv, python_env
 
 REALTIME_PRIORITY = 10  # SCHED_FIFO, low among real-time tasks: above every normal one
 
@@ -291,6 +293,28 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
+class ProbeHost(Protocol):
+    """Where the prober runs: `vipd.lab.topology.Lab`, or `vipd.lab.routed.RoutedBed`."""
+
+    @property
+    def workdir(self) -> Path: ...
+
+    @property
+    def client_ns(self) -> str: ...
+
+    def spawn(
+        self,
+        ns: str,
+        argv: Sequence[str],
+        *,
+        stdin: int | IO[Any] | None = ...,
+        stdout: int | IO[Any] | None = ...,
+        stderr: int | IO[Any] | None = ...,
+        env: Mapping[str, str] | None = ...,
+        text: bool = ...,
+    ) -> subprocess.Popen[Any]: ...
+
+
 class Prober:
     """Lab-side handle: runs the prober in the client namespace and collects its attempts.
 
@@ -300,7 +324,7 @@ class Prober:
 
     def __init__(
         self,
-        lab: Lab,
+        lab: ProbeHost,
         target: str,
         port: int = 6443,
         *,

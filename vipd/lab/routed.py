@@ -16,6 +16,8 @@ What it is: ``RoutedBed`` builds, per run, namespaces that all carry one name pr
   exports it. This is the routing-table mode the node's route actuator
   (``vipd.routed.actuator``) feeds.
 - ``<prefix>-c``: the client, 10.78.0.2/24 behind the router.
+- ``<prefix>-l`` (``lan=True`` only): a bridge joining the nodes' ``lan0`` (10.78.100.i/24),
+  for an election that needs a shared segment (``announce.pool: leader`` with VRRP).
 
 With ``ipv6=True`` every link also gets IPv6 (router ``fd00:78:i::/127``, node
 ``fd00:78:i::1``, client LAN ``fd00:78::/64``) and the router an IPv6 session per node
@@ -49,10 +51,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 from vipd.lab.topology import IP, LabError, _run, check_prefix, delete_namespaces, netns_list
 from vipd.routed.plan import DEFAULT_PROTOCOL
@@ -84,6 +87,7 @@ ROUTER_LAN6 = "fd00:78::1"
 ROUTER_LAN = "10.78.0.1"
 BFD_MS = 100
 BFD_MULT = 3
+LAN_PREFIX = "10.78.100"  # the nodes' shared segment, when there is one
 
 
 def new_prefix() -> str:
@@ -218,13 +222,19 @@ class RoutedBed:
         vip: str = VIP,
         node_frr: bool = True,
         ipv6: bool = False,
+        lan: bool = False,
     ) -> None:
+        """``lan=True``: the nodes also share a segment (`LAN_PREFIX`: a bridge in
+        ``<prefix>-l``, ``lan0`` on each node, 10.78.100.i/24) for an election that needs
+        one (VRRP checks that its adverts come from its own link, TTL 255); the router is
+        not on it."""
         if not 1 <= nodes <= 8:
             raise ValueError(f"a routed bed has 1-8 nodes (got {nodes})")
         self.prefix = check_prefix(prefix or new_prefix())
         self.vip = vip
         self.node_frr = node_frr
         self.ipv6 = ipv6
+        self.lan = f"{self.prefix}-l" if lan else None
         self.router = f"{self.prefix}-r"
         self.client = f"{self.prefix}-c"
         self.nodes = [
@@ -241,7 +251,7 @@ class RoutedBed:
         ]
         self.workdir = Path(tempfile.mkdtemp(prefix=f"vipd-routed-{self.prefix}-"))
         self.workdir.chmod(0o755)  # the daemons drop to user frr and must reach their dirs
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[Any]] = []
 
     def __enter__(self) -> RoutedBed:
         try:
@@ -261,7 +271,11 @@ class RoutedBed:
 
     @property
     def namespaces(self) -> list[str]:
-        return [self.router, self.client, *(n.ns for n in self.nodes)]
+        lan = [self.lan] if self.lan else []
+        return [self.router, self.client, *lan, *(n.ns for n in self.nodes)]
+
+    def lan_addr(self, node: RoutedNode) -> str:
+        return f"{LAN_PREFIX}.{node.index}"
 
     def node(self, name: str) -> RoutedNode:
         for node in self.nodes:
@@ -270,9 +284,17 @@ class RoutedBed:
         raise KeyError(name)
 
     def exec(
-        self, ns: str, argv: list[str], *, check: bool = True, timeout: float = 30.0
+        self,
+        ns: str,
+        argv: list[str],
+        *,
+        check: bool = True,
+        timeout: float = 30.0,
+        input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        return _run([IP, "netns", "exec", ns, *argv], check=check, timeout=timeout)
+        return _run(
+            [IP, "netns", "exec", ns, *argv], check=check, timeout=timeout, input_text=input_text
+        )
 
     def build(self) -> None:
         """Namespaces, links, addresses, sysctls; then FRR everywhere; then wait for BGP."""
@@ -329,6 +351,8 @@ class RoutedBed:
             _run([IP, "-n", node.ns, "route", "add", "default", "via", node.router_addr])
         if self.ipv6:
             self._add_ipv6()
+        if self.lan is not None:
+            self._build_lan(self.lan)
         self._start_frr(r, _router_conf(self.nodes, bfd=self.node_frr, ipv6=self.ipv6))
         if not self.node_frr:
             return  # vipd's speaker opens the sessions (bgp_yaml)
@@ -336,6 +360,46 @@ class RoutedBed:
             self._start_frr(node.ns, _node_conf(node, self.vip))
         self.wait_sessions()
         self.bind_bfd()
+
+    def _build_lan(self, lan: str) -> None:
+        _run([IP, "-n", lan, "link", "add", "br0", "type", "bridge"])
+        _run([IP, "-n", lan, "link", "set", "br0", "up"])
+        for node in self.nodes:
+            _run([IP, "-n", lan, "link", "add", node.name, "type", "veth", "peer", "name",
+                  "lan0", "netns", node.ns])  # fmt: skip
+            _run([IP, "-n", lan, "link", "set", node.name, "master", "br0", "up"])
+            _run([IP, "-n", node.ns, "addr", "add", f"{self.lan_addr(node)}/24", "dev", "lan0"])
+            _run([IP, "-n", node.ns, "link", "set", "lan0", "up"])
+
+    @property
+    def client_ns(self) -> str:
+        """The client's namespace (the name `vipd.lab.prober.Prober` looks for)."""
+        return self.client
+
+    def spawn(
+        self,
+        ns: str,
+        argv: Sequence[str],
+        *,
+        stdin: int | IO[Any] | None = None,
+        stdout: int | IO[Any] | None = None,
+        stderr: int | IO[Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        text: bool = False,
+    ) -> subprocess.Popen[Any]:
+        """Start ``argv`` in ``ns`` in the background, in its own session; the teardown
+        kills it (as `vipd.lab.topology.Lab.spawn` does)."""
+        proc: subprocess.Popen[Any] = subprocess.Popen(
+            [IP, "netns", "exec", ns, *argv],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=dict(env) if env is not None else None,
+            text=text,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
 
     def _add_ipv6(self) -> None:
         """The IPv6 half of every link (``nodad``: no duplicate detection delay in a bed)."""

@@ -34,14 +34,10 @@ import json
 import os
 import random
 import shutil
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 from vipd.lab.analysis import Outage, answered, measure, percentiles, stable_on
@@ -56,8 +52,11 @@ from vipd.lab.daemons import (
     make_fleet,
 )
 from vipd.lab.faults import FAULTS, FaultName, NodeRig, inject, restore
+from vipd.lab.interrupts import Interrupted as Interrupted
+from vipd.lab.interrupts import log, signals_ignored, signals_raise
 from vipd.lab.prober import Prober
 from vipd.lab.responder import Responder
+from vipd.lab.routed_faults import ANNOUNCES, ROUTED_FAULTS
 from vipd.lab.topology import Lab, LabError, cleanup, netns_list, vip_for
 from vipd.lease.logic import validate_timing
 
@@ -67,9 +66,10 @@ START_GRACE = 5.0  # extra time a (re)started daemon gets to come up
 PRE_FAULT = 0.5  # how far before a fault the analysis looks for the last success
 KUBE_BUILD = "scripts/setup-kube"  # builds the real components the Lease lab runs on
 
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived; unwinding tears the lab down."""
+# bench/failover.py drives a session itself with these
+_log = log
+_signals_raise = signals_raise
+_signals_ignored = signals_ignored
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,12 +107,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--fault",
-        choices=FAULTS,
-        default="kill",
+        choices=(*FAULTS, *(f for f in ROUTED_FAULTS if f not in FAULTS), "all"),
+        default=None,
         help="kill: node death (link down + SIGKILL all); term: SIGTERM the "
         "daemon; linkdown: eth0 down; apidown: the node's API server dies (turns on "
         "--health); stop: SIGSTOP the daemon until the failover, then SIGCONT "
-        "(default kill)",
+        "(default kill). With --announce routing-table: kill is SIGKILL to vipd alone, "
+        "silent drops every packet of the node, bgpreset runs 'clear bgp *' on the router; "
+        "default all of kill, term, apidown, linkdown, silent, bgpreset, in turn",
+    )
+    parser.add_argument(
+        "--announce",
+        choices=("arp", *ANNOUNCES),
+        default="arp",
+        help="arp: the VRRP/Lease lab on a shared LAN (default); routing-table: a routed "
+        "fabric (an FRR router, nodes on routed /31 links each with its own FRR exporting "
+        "table 198, BFD, ECMP) with vipd's announce.mode routing-table; bgp: the same fabric "
+        "with vipd's own BGP speaker (when this vipd has one)",
     )
     parser.add_argument(
         "--health",
@@ -337,42 +348,6 @@ class Round:
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
-
-
-def _log(msg: str) -> None:
-    print(f"[lab] {msg}", file=sys.stderr, flush=True)
-
-
-@contextmanager
-def _signals_raise() -> Iterator[None]:
-    """While inside, SIGINT/SIGTERM raise Interrupted (so ``finally`` blocks tear down)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """Teardown must finish: a second Ctrl-C must not leave half a lab behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def preflight(opts: Options) -> str | None:
@@ -940,6 +915,15 @@ def run(args: argparse.Namespace) -> int:
         return _run_migration(args)
     if getattr(args, "migrate_from", None) is not None or getattr(args, "at_once", False):
         print("vipd lab: --from kube-vip and --at-once need --kubeadm", file=sys.stderr)
+        return 2
+    if getattr(args, "announce", "arp") != "arp":
+        from vipd.lab import routed_lab
+
+        return routed_lab.run(args)
+    if args.fault is None:
+        args.fault = "kill"
+    if args.fault not in FAULTS:
+        print(f"vipd lab: --fault {args.fault} needs --announce routing-table", file=sys.stderr)
         return 2
     opts = Options.from_args(args)
     if opts.rounds < 1 or opts.nodes < 2:

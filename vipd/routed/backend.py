@@ -7,9 +7,10 @@ What it is
     node announces the VIP (the label is `vipd.routed.ecmp`'s reason), ``follower`` that it
     does not. Every node decides for itself; nothing is sent to the other nodes.
 
-    - ``prepare``: ``converge({})`` in a worker thread before the first decision, so a
-      restart removes every route of vipd's protocol a killed predecessor left (the node is
-      back once its API server has passed ``rise`` checks).
+    - ``prepare``: in a worker thread before the first decision, a restart withdraws every
+      route of vipd's protocol a killed predecessor left: the announcements at once, the
+      binding of a configured VIP after the drain (the node is back once its API server has
+      passed ``rise`` checks, the binding kept if that is within the drain).
     - ``run``: `core.advance` on every finished health check (``on_check``, ``on_health``)
       and at `Step.wake` (a drain ending, a peer's news expiring); the desired phases go to
       ``RouteActuator.converge`` in a worker thread (pyroute2's IPRoute runs a loop of its
@@ -46,7 +47,7 @@ from vipd.health.checker import HealthChecker
 from vipd.health.tracker import BackendHealth, Outcome
 from vipd.preflight import Preflight
 from vipd.routed.core import Inputs, State, advance
-from vipd.routed.plan import Op, Phase
+from vipd.routed.plan import Observed, Op, Phase, Track, host_network
 from vipd.routed.speaker import Peer, SpeakerConfig
 from vipd.track import Adjustment
 
@@ -61,6 +62,8 @@ RETRY = 1.0  # seconds before another try after a refused route request
 
 class Routes(Protocol):
     """What the backend needs of `RouteActuator` (a fake in the unit tests)."""
+
+    def observe(self) -> Observed: ...
 
     def converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]: ...
 
@@ -178,9 +181,19 @@ class RoutedElection:
         )
 
     async def prepare(self) -> VipLink:
-        """Open the routes and remove whatever a predecessor left (no VIP is wanted yet)."""
+        """Open the routes and withdraw whatever a predecessor left (no VIP is wanted yet).
+
+        A configured VIP still bound (a SIGKILLed predecessor announced it) starts DRAINING:
+        its announcement goes now and its binding only after ``announce.drain``, as at any
+        withdrawal, so the connections the router still sends here until it drops the path
+        are answered; announcing again before then keeps the binding. Everything else of
+        vipd's protocol goes at once."""
         self.routes = await asyncio.to_thread(self._open_routes, self.cfg)
-        removed = await asyncio.to_thread(self._converge, {})
+        seen = await asyncio.to_thread(self._observe)
+        keep = {vip: Phase.DRAINING for vip in self.vips if host_network(vip) in seen.bound}
+        removed = await asyncio.to_thread(self._converge, keep)
+        now = self.clock()
+        self.state = State(None, {vip: Track(Phase.DRAINING, now) for vip in keep})
         self._open_bfd()
         if removed:
             vlog.event(
@@ -282,6 +295,11 @@ class RoutedElection:
         vlog.event(self.log, logging.INFO, "routed: " + detail)
         if self._publish is not None:
             self._publish(Transition(LEADER if d.announce else FOLLOWER, d.reason, detail, now))
+
+    def _observe(self) -> Observed:
+        assert self.routes is not None
+        with self._lock:
+            return self.routes.observe()
 
     def _converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]:
         assert self.routes is not None

@@ -35,6 +35,7 @@ from vipd.routed.plan import (
     AddRoute,
     DelRoute,
     IPNetwork,
+    Observed,
     Op,
     Phase,
     host_network,
@@ -56,6 +57,11 @@ class BgpRoutes:
         self.announced_before: frozenset[IPNetwork] = frozenset()
         self.told: set[IPNetwork] = set()
         self._lock = threading.RLock()
+
+    def observe(self) -> Observed:
+        """The kernel's bindings (a restart keeps a predecessor's for the drain); the
+        announcements are the speaker's, and a killed predecessor's speaker took its own."""
+        return self.actuator.observe()
 
     def converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]:
         # The kernel holds the bindings only: ANNOUNCED is DRAINING there (binding, no route).

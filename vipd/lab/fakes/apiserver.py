@@ -7,7 +7,9 @@ the responder is an API server dying: its TCP port and its health endpoint go to
 How a test steers it: every connection reads the one-word mode in ``--mode-file`` (a missing
 or empty file means ``ok``) and behaves accordingly:
 
-- ``ok``: TLS, then ``200 OK`` with body ``ok`` (what kube-apiserver answers).
+- ``ok``: TLS, then ``200 OK`` with body ``ok`` (what kube-apiserver answers); ``/version``
+  answers kube-apiserver's JSON (client-go's discovery reads it: kube-vip's routing-table
+  check does).
 - ``fail``: TLS, then ``500`` with a readyz-style body (an API server that is up, not ready).
 - ``stall``: TLS, reads the request, never answers (a hung API server).
 - ``stall1``: like ``stall`` for this one connection, and the mode becomes ``ok`` (one slow
@@ -19,7 +21,7 @@ Certificates come from ``vipd.lab.pki`` (self-signed, or a CA and a server certi
 signs).
 
 What it must not do: anything an API server would not: it answers only those three paths
-(404 otherwise) and closes every connection after one answer.
+and ``/version`` (404 otherwise) and closes every connection after one answer.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ from pathlib import Path
 
 READY_LINE = "listening"
 MODES = ("ok", "fail", "stall", "stall1", "hang", "tls")
-PATHS = (b"/readyz", b"/healthz", b"/livez")
+PATHS = (b"/readyz", b"/healthz", b"/livez", b"/version")
+VERSION = (
+    b'{"major": "1", "minor": "37", "gitVersion": "v1.37.2-standin", "platform": "linux/amd64"}'
+)
 
 
 def read_mode(path: Path | None) -> str:
@@ -80,6 +85,8 @@ class HealthServer:
                 status, body = b"404 Not Found", b"404 page not found\n"
             elif mode == "fail":
                 status, body = b"500 Internal Server Error", b"[-]etcd failed: reason withheld\n"
+            elif path == b"/version":
+                status, body = b"200 OK", VERSION
             else:
                 status, body = b"200 OK", b"ok"
             writer.write(
