@@ -619,19 +619,28 @@ def run(
     election: Election = "vrrp",
     bootstrap: Bootstrap = "vipd",
     at_once: bool = False,
+    replace: Callable[[KubeletBed, AddressWatch], tuple[dict[str, Any], list[str]]] | None = None,
 ) -> int:
     """The lab. ``bootstrap="kube-vip"``: the cluster bootstrapped by kube-vip's static pod
     and moved to vipd's DaemonSet on kube-vip's Lease, node by node (the holder last) or
-    ``at_once``; the report ends after the move."""
+    ``at_once``; the report ends after the move. ``replace``: run after the adopt on a bed
+    with three spare machines (``vipd.lab.replace_flow.run``, which builds on this module:
+    passed in, not imported), its report part and problems; the report ends there."""
     why = usable()
     if why is not None:
         print(f"vipd lab --kubeadm: cannot run here: {why}", file=sys.stderr)
         return 2
     report: dict[str, Any] = {
-        "lab": {"mode": "kubeadm", "election": election, "from": bootstrap, "at_once": at_once}
+        "lab": {
+            "mode": "kubeadm",
+            "election": election,
+            "from": bootstrap,
+            "at_once": at_once,
+            "replace": replace is not None,
+        }
     }
     problems: list[str] = []
-    with KubeletBed(election, bootstrap=bootstrap) as bed:
+    with KubeletBed(election, bootstrap=bootstrap, spare=3 if replace else 0) as bed:
         report["lab"].update({"kubernetes": bed.version, "workdir": str(bed.lab.workdir)})
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()
@@ -658,13 +667,17 @@ def run(
                 problems.append("the VIP was not bound before kubeadm init finished")
             time.sleep(2)  # the prober's first answers
             steps = [adopt_at_once(bed, watch)] if at_once else adopt_all(bed, watch)
-            report["adopt"] = [_step_doc(s) for s in steps]
+            report["adopt"] = [step_doc(s) for s in steps]
             problems += [p for s in steps for p in s.problems()]
             if bootstrap == "kube-vip":
                 # the migration is the run: what follows is vipd's own life, tested without it
                 raise _Done
+            if replace is not None:
+                report["replace"], replaced = replace(bed, watch)
+                problems += replaced
+                raise _Done
             rolled = roll(bed, watch)
-            report["roll"] = [_step_doc(s) for s in rolled]
+            report["roll"] = [step_doc(s) for s in rolled]
             problems += [p for s in rolled for p in s.problems()]
             if bed.pod_logs is not None:
                 time.sleep(2 * bed.pod_logs.interval)  # its thread read the steps' last lines
@@ -731,7 +744,7 @@ class _Done(Exception):
     """The run's steps are over (a kube-vip migration ends after its move)."""
 
 
-def _step_doc(step: Step) -> dict[str, Any]:
+def step_doc(step: Step) -> dict[str, Any]:
     return {**vars(step), "kubectl_allowed": step.kubectl_allowed()}
 
 
@@ -761,12 +774,20 @@ def render(report: dict[str, Any]) -> str:
         "after it |",
         "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
-    for s in [*report.get("adopt", []), *report.get("roll", [])]:
+    replaced = report.get("replace", {}).get("steps", [])
+    for s in [*report.get("adopt", []), *report.get("roll", []), *replaced]:
         lines.append(
             f"| {s['kind']} | {s['node']} | {s['took_s']:.1f} | {','.join(s['before'])} → "
             f"{','.join(s['after'])} | {s['moves']} | {s['gap_s'] * 1000:.0f} | {s['failed']} "
             f"| {s['kubectl_failed']}/{s['kubectl_tries']} | {_static(s)} |"
         )
+    end = report.get("replace", {}).get("end")
+    if end:
+        lines += [
+            "",
+            f"after the replacement: Nodes {end['nodes']}, etcd members "
+            f"{','.join(end['etcd_members'])}, VIP on {','.join(end['holders'])}",
+        ]
     r = report.get("reboot")
     if r:
         lines += [
