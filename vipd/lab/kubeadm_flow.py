@@ -619,7 +619,8 @@ def run(
     election: Election = "vrrp",
     bootstrap: Bootstrap = "vipd",
     at_once: bool = False,
-    replace: Callable[[KubeletBed, AddressWatch], tuple[dict[str, Any], list[str]]] | None = None,
+    replace: Callable[[KubeletBed, AddressWatch], tuple[dict[str, Any], list[str], list[Step]]]
+    | None = None,
 ) -> int:
     """The lab. ``bootstrap="kube-vip"``: the cluster bootstrapped by kube-vip's static pod
     and moved to vipd's DaemonSet on kube-vip's Lease, node by node (the holder last) or
@@ -673,26 +674,16 @@ def run(
                 # the migration is the run: what follows is vipd's own life, tested without it
                 raise _Done
             if replace is not None:
-                report["replace"], replaced = replace(bed, watch)
+                report["replace"], replaced, done = replace(bed, watch)
                 problems += replaced
+                if bed.pod_logs is not None:
+                    report["logs"] = post_mortem(bed, wire, [*steps, *done])
                 raise _Done
             rolled = roll(bed, watch)
             report["roll"] = [step_doc(s) for s in rolled]
             problems += [p for s in rolled for p in s.problems()]
             if bed.pod_logs is not None:
-                time.sleep(2 * bed.pod_logs.interval)  # its thread read the steps' last lines
-                offset = time.time() - time.monotonic()
-                kept = bed.pod_logs.around(bed.machines, 0.0, time.time())
-                faulty = [s for s in [*steps, *rolled] if s.problems()]
-                adverts = wire.adverts() if wire is not None and faulty else []
-                report["logs"] = [
-                    {
-                        "step": f"{s.kind} {s.node}",
-                        "lines": step_logs(s, kept, offset),
-                        "wire": step_wire(s, adverts, offset),
-                    }
-                    for s in faulty
-                ]
+                report["logs"] = post_mortem(bed, wire, [*steps, *rolled])
             if wire is not None:
                 wire.stop()
                 wire = None
@@ -738,6 +729,25 @@ def run(
     report["summary"] = {"ok": not problems, "problems": problems}
     print(json.dumps(report, indent=2) if as_json else render(report))
     return 0 if not problems else 1
+
+
+def post_mortem(bed: KubeletBed, wire: Capture | None, steps: Sequence[Step]) -> list[Any]:
+    """For each step with a problem: every node's vipd log lines of its window and, in VRRP
+    mode, the adverts on the bridge (``step_logs``, ``step_wire``)."""
+    assert bed.pod_logs is not None
+    time.sleep(2 * bed.pod_logs.interval)  # its thread read the steps' last lines
+    offset = time.time() - time.monotonic()
+    kept = bed.pod_logs.around(bed.machines, 0.0, time.time())
+    faulty = [s for s in steps if s.problems()]
+    adverts = wire.adverts() if wire is not None and faulty else []
+    return [
+        {
+            "step": f"{s.kind} {s.node}",
+            "lines": step_logs(s, kept, offset),
+            "wire": step_wire(s, adverts, offset),
+        }
+        for s in faulty
+    ]
 
 
 class _Done(Exception):

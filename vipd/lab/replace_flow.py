@@ -191,8 +191,9 @@ def outcome_problems(end: dict[str, Any], pairs: Sequence[tuple[str, str]] = PAI
     return out
 
 
-def run(bed: KubeletBed, watch: AddressWatch) -> tuple[dict[str, Any], list[str]]:
-    """``kubeadm_flow.run``'s ``replace``: the replacement, its report part and problems."""
+def run(bed: KubeletBed, watch: AddressWatch) -> tuple[dict[str, Any], list[str], list[Step]]:
+    """``kubeadm_flow.run``'s ``replace``: the replacement; its report part, its problems and
+    its steps (for the post-mortem of a step with a problem)."""
     steps, removals = replace(bed, watch)
     end = outcome(bed)
     problems = [p for s in steps for p in step_problems(s)]
@@ -200,4 +201,4 @@ def run(bed: KubeletBed, watch: AddressWatch) -> tuple[dict[str, Any], list[str]
     problems += outcome_problems(end)
     doc = {"steps": [step_doc(s) for s in steps], "removals": [vars(r) for r in removals],
            "end": end}  # fmt: skip
-    return doc, problems
+    return doc, problems, steps
