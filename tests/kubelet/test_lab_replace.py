@@ -8,7 +8,8 @@ at most once (only when the old node held it), each with one holder after it, ku
 node's etcd member gone after ``kubeadm reset`` (by reset itself, or by the flow's ``etcdctl
 member remove``, which the report says); at the end the Nodes and the etcd members are n4, n5,
 n6, one of them holds the VIP, and no problems (never two holders beyond the make-before-break
-overlap). VRRP multicast only: a run took 13 minutes on the loaded 2-core machine (load average ~15).
+overlap). VRRP multicast only: a run took 13 minutes on the loaded 2-core machine (load
+average ~15).
 """
 
 from __future__ import annotations
