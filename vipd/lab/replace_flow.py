@@ -11,7 +11,10 @@ for each old machine n1, n2, n3 in turn, make before break:
    ``vipd.lab.kubelet_bed.bed.ADOPT_LABEL``) and waited on until its vipd pod is ready;
 2. the oldest is removed: ``kubectl drain --ignore-daemonsets``, its DaemonSet vipd sent away
    by taking the label off (a graceful stop: a VRRP priority-0 advert or a released Lease, so
-   a holder hands the VIP over before its API server goes), ``kubeadm reset -f`` on it (its
+   a holder hands the VIP over before its API server goes), its etcd leadership moved to the
+   new machine's member if it led (as KubeadmControlPlane does: without it the first Lease
+   runs saw the new holder miss its renew deadline in the election and drop the VIP for
+   0.25 s), ``kubeadm reset -f`` on it (its
    static pods stop; its etcd member is removed by reset's ``remove-etcd-member`` phase,
    checked with ``etcdctl member list`` on the new machine, and removed there if reset could
    not), ``kubectl delete node``, then powered off for good.
@@ -65,6 +68,7 @@ class Removal:
     etcd_before: list[str]
     etcd_after_reset: list[str]
     removed_by_reset: bool  # False: removed here with ``etcdctl member remove``
+    led_etcd: bool  # its member was the etcd leader (moved to the new one's first)
     problems: list[str] = field(default_factory=list)
 
 
@@ -72,6 +76,22 @@ def etcd_members(bed: KubeletBed, on: str) -> dict[str, str]:
     """The etcd members (name → hex ID) as node ``on``'s etcd lists them."""
     out = bed.machines[on].run(["etcdctl", *ETCDCTL_TLS, "member", "list", "-w", "json"]).stdout
     return {str(m.get("name", "")): format(int(m["ID"]), "x") for m in json.loads(out)["members"]}
+
+
+def hand_over_etcd_leadership(bed: KubeletBed, old: str, new: str) -> bool:
+    """If ``old``'s etcd member leads, move the leadership to ``new``'s (``etcdctl
+    move-leader`` at the leader, as KubeadmControlPlane forwards it before removing a
+    member): removing the leader costs an election, seconds in which no API server can
+    write, and a Lease holder that cannot renew gives the VIP up. True if it moved."""
+    status = json.loads(
+        bed.machines[old].run(["etcdctl", *ETCDCTL_TLS, "endpoint", "status", "-w", "json"]).stdout
+    )[0]["Status"]
+    if int(status["leader"]) != int(status["header"]["member_id"]):
+        return False
+    target = etcd_members(bed, new)[new]
+    bed.machines[old].run(["etcdctl", *ETCDCTL_TLS, "move-leader", target])
+    bed.note(f"{old}: etcd leadership moved to {new}")
+    return True
 
 
 def answered(step: Step) -> bool:
@@ -123,6 +143,7 @@ def remove(bed: KubeletBed, old: str, new: str) -> Removal:
     )
     bed.note(f"{old}: its vipd pod gone in {took:.1f} s; holders {bed.holders()}")
     before = sorted(etcd_members(bed, new))
+    led = hand_over_etcd_leadership(bed, old, new)
     bed.note(f"{old}: kubeadm reset -f")
     bed.kubeadm(bed.machines[old], "reset", "-f", "--cri-socket", f"unix://{CONTAINERD_SOCKET}",
                 timeout=300)  # fmt: skip
@@ -137,7 +158,7 @@ def remove(bed: KubeletBed, old: str, new: str) -> Removal:
     bed.note(f"{old}: kubeadm reset done; etcd members {sorted(etcd_members(bed, new))}")
     bed.kubectl("delete", "node", old, timeout=60)
     bed.retire(old)
-    return Removal(old, new, before, sorted(after), by_reset, problems)
+    return Removal(old, new, before, sorted(after), by_reset, led, problems)
 
 
 def replace(
