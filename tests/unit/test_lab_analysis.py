@@ -401,7 +401,7 @@ def test_kubelet_bed_reads_containerd_times_and_judges_the_static_exit() -> None
 def test_vipd_lab_kubeadm_passes_the_election_on(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from vipd.lab import kubeadm_flow, runner
+    from vipd.lab import kubeadm_flow, replace_flow, runner
 
     seen: list[dict[str, object]] = []
 
@@ -416,18 +416,23 @@ def test_vipd_lab_kubeadm_passes_the_election_on(monkeypatch: pytest.MonkeyPatch
         assert runner.run(parser.parse_args(["--kubeadm", "--election", mode, "--json"])) == 0
     kube_vip = ["--kubeadm", "--election", "lease", "--from", "kube-vip", "--at-once"]
     assert runner.run(parser.parse_args(kube_vip)) == 0
-    plain = {"bootstrap": "vipd", "at_once": False}
+    replace = ["--kubeadm", "--replace", "--election", "vrrp", "--json"]
+    assert runner.run(parser.parse_args(replace)) == 0
+    plain = {"bootstrap": "vipd", "at_once": False, "replace": None}
     assert seen == [
         {"as_json": True, "keep": False, "election": "lease", **plain},
         {"as_json": True, "keep": False, "election": "vrrp", **plain},
         {"as_json": False, "keep": False, "election": "lease", "bootstrap": "kube-vip",
-         "at_once": True},
+         "at_once": True, "replace": None},
+        {"as_json": True, "keep": False, "election": "vrrp", **plain,
+         "replace": replace_flow.run},
     ]  # fmt: skip
     # kube-vip's migration needs its Lease; keepalived's is not a kubelet lab
     for bad in (["--kubeadm", "--from", "kube-vip"], ["--kubeadm", "--from", "keepalived"],
-                ["--from", "kube-vip"], ["--at-once"]):  # fmt: skip
+                ["--from", "kube-vip"], ["--at-once"], ["--replace"],
+                [*kube_vip, "--replace"]):  # fmt: skip
         assert runner.run(parser.parse_args(bad)) == 2, bad
-    assert len(seen) == 3
+    assert len(seen) == 4
 
 
 CONTAINERD_LOG = (
@@ -483,4 +488,35 @@ def test_the_holder_watch_puts_each_event_on_the_monotonic_clock_with_its_own_of
         (10.0, "n1", True),
         (10.5, "n1", False),
         (12.0, "n2", True),
+    ]
+
+
+def test_replace_flow_judges_each_step_and_the_end() -> None:
+    from vipd.lab.kubeadm_flow import Step
+    from vipd.lab.replace_flow import outcome_problems, step_problems
+
+    join = Step("join", "n4", 40.0, ["n1"], ["n1"], [], 0, 0.01, 0, 50, 0)
+    assert step_problems(join) == []
+    moved = Step("join", "n4", 40.0, ["n1"], ["n4"], [("n4", 3.0)], 1, 0.2, 1, 50, 1)
+    assert step_problems(moved) == ["join n4 (a follower): the VIP moved ['n1']→['n4']"]
+    removal = Step("remove", "n1", 30.0, ["n1"], ["n2"], [("n2", 2.0)], 1, 0.06, 0, 40, 1)
+    assert step_problems(removal) == []
+    silent = Step("remove", "n2", 30.0, ["n3"], ["n3"], [], 0, 0.01, 0, 4, 4)
+    assert step_problems(silent) == [
+        "remove n2: kubectl through the VIP failed 4 times at 0 VIP move(s), 0 failed connects",
+        "remove n2: /readyz through the VIP never answered (4/4 tries failed)",
+    ]
+    good = {
+        "nodes": {"n4": True, "n5": True, "n6": True},
+        "etcd_members": ["n4", "n5", "n6"],
+        "holders": ["n5"],
+    }
+    assert outcome_problems(good) == []
+    bad = {"nodes": {"n3": True, "n4": True, "n5": True, "n6": False},
+           "etcd_members": ["n3", "n4", "n5", "n6"], "holders": ["n3"]}  # fmt: skip
+    assert outcome_problems(bad) == [
+        "after the replacement: Nodes {'n3': True, 'n4': True, 'n5': True, 'n6': False}, "
+        "want ['n4', 'n5', 'n6'] Ready",
+        "after the replacement: etcd members ['n3', 'n4', 'n5', 'n6'], want ['n4', 'n5', 'n6']",
+        "after the replacement: VIP holders ['n3']",
     ]

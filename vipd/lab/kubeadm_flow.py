@@ -633,19 +633,29 @@ def run(
     election: Election = "vrrp",
     bootstrap: Bootstrap = "vipd",
     at_once: bool = False,
+    replace: Callable[[KubeletBed, AddressWatch], tuple[dict[str, Any], list[str], list[Step]]]
+    | None = None,
 ) -> int:
     """The lab. ``bootstrap="kube-vip"``: the cluster bootstrapped by kube-vip's static pod
     and moved to vipd's DaemonSet on kube-vip's Lease, node by node (the holder last) or
-    ``at_once``; the report ends after the move."""
+    ``at_once``; the report ends after the move. ``replace``: run after the adopt on a bed
+    with three spare machines (``vipd.lab.replace_flow.run``, which builds on this module:
+    passed in, not imported), its report part and problems; the report ends there."""
     why = usable()
     if why is not None:
         print(f"vipd lab --kubeadm: cannot run here: {why}", file=sys.stderr)
         return 2
     report: dict[str, Any] = {
-        "lab": {"mode": "kubeadm", "election": election, "from": bootstrap, "at_once": at_once}
+        "lab": {
+            "mode": "kubeadm",
+            "election": election,
+            "from": bootstrap,
+            "at_once": at_once,
+            "replace": replace is not None,
+        }
     }
     problems: list[str] = []
-    with KubeletBed(election, bootstrap=bootstrap) as bed:
+    with KubeletBed(election, bootstrap=bootstrap, spare=3 if replace else 0) as bed:
         report["lab"].update({"kubernetes": bed.version, "workdir": str(bed.lab.workdir)})
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()
@@ -672,28 +682,22 @@ def run(
                 problems.append("the VIP was not bound before kubeadm init finished")
             time.sleep(2)  # the prober's first answers
             steps = [adopt_at_once(bed, watch)] if at_once else adopt_all(bed, watch)
-            report["adopt"] = [_step_doc(s) for s in steps]
+            report["adopt"] = [step_doc(s) for s in steps]
             problems += [p for s in steps for p in s.problems()]
             if bootstrap == "kube-vip":
                 # the migration is the run: what follows is vipd's own life, tested without it
                 raise _Done
+            if replace is not None:
+                report["replace"], replaced, done = replace(bed, watch)
+                problems += replaced
+                if bed.pod_logs is not None:
+                    report["logs"] = post_mortem(bed, wire, [*steps, *done])
+                raise _Done
             rolled = roll(bed, watch)
-            report["roll"] = [_step_doc(s) for s in rolled]
+            report["roll"] = [step_doc(s) for s in rolled]
             problems += [p for s in rolled for p in s.problems()]
             if bed.pod_logs is not None:
-                time.sleep(2 * bed.pod_logs.interval)  # its thread read the steps' last lines
-                offset = time.time() - time.monotonic()
-                kept = bed.pod_logs.around(bed.machines, 0.0, time.time())
-                faulty = [s for s in [*steps, *rolled] if s.problems()]
-                adverts = wire.adverts() if wire is not None and faulty else []
-                report["logs"] = [
-                    {
-                        "step": f"{s.kind} {s.node}",
-                        "lines": step_logs(s, kept, offset),
-                        "wire": step_wire(s, adverts, offset),
-                    }
-                    for s in faulty
-                ]
+                report["logs"] = post_mortem(bed, wire, [*steps, *rolled])
             if wire is not None:
                 wire.stop()
                 wire = None
@@ -741,11 +745,30 @@ def run(
     return 0 if not problems else 1
 
 
+def post_mortem(bed: KubeletBed, wire: Capture | None, steps: Sequence[Step]) -> list[Any]:
+    """For each step with a problem: every node's vipd log lines of its window and, in VRRP
+    mode, the adverts on the bridge (``step_logs``, ``step_wire``)."""
+    assert bed.pod_logs is not None
+    time.sleep(2 * bed.pod_logs.interval)  # its thread read the steps' last lines
+    offset = time.time() - time.monotonic()
+    kept = bed.pod_logs.around(bed.machines, 0.0, time.time())
+    faulty = [s for s in steps if s.problems()]
+    adverts = wire.adverts() if wire is not None and faulty else []
+    return [
+        {
+            "step": f"{s.kind} {s.node}",
+            "lines": step_logs(s, kept, offset),
+            "wire": step_wire(s, adverts, offset),
+        }
+        for s in faulty
+    ]
+
+
 class _Done(Exception):
     """The run's steps are over (a kube-vip migration ends after its move)."""
 
 
-def _step_doc(step: Step) -> dict[str, Any]:
+def step_doc(step: Step) -> dict[str, Any]:
     return {**vars(step), "kubectl_allowed": step.kubectl_allowed()}
 
 
@@ -775,12 +798,20 @@ def render(report: dict[str, Any]) -> str:
         "after it |",
         "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
-    for s in [*report.get("adopt", []), *report.get("roll", [])]:
+    replaced = report.get("replace", {}).get("steps", [])
+    for s in [*report.get("adopt", []), *report.get("roll", []), *replaced]:
         lines.append(
             f"| {s['kind']} | {s['node']} | {s['took_s']:.1f} | {','.join(s['before'])} → "
             f"{','.join(s['after'])} | {s['moves']} | {s['gap_s'] * 1000:.0f} | {s['failed']} "
             f"| {s['kubectl_failed']}/{s['kubectl_tries']} | {_static(s)} |"
         )
+    end = report.get("replace", {}).get("end")
+    if end:
+        lines += [
+            "",
+            f"after the replacement: Nodes {end['nodes']}, etcd members "
+            f"{','.join(end['etcd_members'])}, VIP on {','.join(end['holders'])}",
+        ]
     r = report.get("reboot")
     if r:
         lines += [

@@ -205,6 +205,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --kubeadm --from kube-vip: every node moved to vipd at once instead",
     )
     parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="with --kubeadm: after the adopt, the control plane replaced machine by machine "
+        "as Cluster API's KubeadmControlPlane does (a new machine joined, then the oldest "
+        "drained, kubeadm reset, its Node deleted, powered off; n1-n3 by n4-n6); the run ends "
+        "there",
+    )
+    parser.add_argument(
         "--cleanup",
         metavar="PREFIX",
         default=None,
@@ -897,7 +905,10 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        from vipd.lab import kubeadm_flow
+        if args.replace and args.migrate_from is not None:
+            print("vipd lab --kubeadm: --replace starts from vipd's bootstrap", file=sys.stderr)
+            return 2
+        from vipd.lab import kubeadm_flow, replace_flow
         from vipd.lab.kubelet_bed.node import MachineError
 
         try:
@@ -907,14 +918,19 @@ def run(args: argparse.Namespace) -> int:
                 election="lease" if args.election == "lease" else "vrrp",
                 bootstrap="kube-vip" if args.migrate_from == "kube-vip" else "vipd",
                 at_once=args.at_once,
+                replace=replace_flow.run if args.replace else None,
             )
         except (LabError, MachineError) as exc:
             print(f"vipd lab --kubeadm: {exc}", file=sys.stderr)
             return 1
     if getattr(args, "migrate_from", None) == "keepalived":
         return _run_migration(args)
-    if getattr(args, "migrate_from", None) is not None or getattr(args, "at_once", False):
-        print("vipd lab: --from kube-vip and --at-once need --kubeadm", file=sys.stderr)
+    if (
+        getattr(args, "migrate_from", None) is not None
+        or getattr(args, "at_once", False)
+        or getattr(args, "replace", False)
+    ):
+        print("vipd lab: --from kube-vip, --at-once and --replace need --kubeadm", file=sys.stderr)
         return 2
     if getattr(args, "announce", "arp") != "arp":
         from vipd.lab import routed_lab

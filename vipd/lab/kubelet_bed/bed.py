@@ -226,20 +226,29 @@ class KubeletBed:
         workdir: Path | None = None,
         keep: bool = False,
         bootstrap: Bootstrap = "vipd",
+        spare: int = 0,
     ) -> None:
+        if not 0 <= spare <= 3:
+            raise ValueError(f"spare machines: 0..3 (got {spare})")
         if bootstrap == "kube-vip" and election != "lease":
             raise ValueError("the kube-vip bootstrap is for Lease election (kube-vip's Lease)")
         self.election = election
         self.bootstrap = bootstrap
         self.static_name = "vipd" if bootstrap == "vipd" else "kube-vip"
         self.kube_bin, self.ctr_bin = find_binaries()
-        self.lab = Lab(nodes=3, prefix=prefix, workdir=workdir, keep_workdir=keep)
+        # Spare machines (n4…) are on the bridge from the start, powered off until
+        # ``add_machine``: the machines a control-plane replacement brings in.
+        self.lab = Lab(nodes=3 + spare, prefix=prefix, workdir=workdir, keep_workdir=keep)
         self.vip = VIP4
         self.endpoint = f"{VIP4}:{API_PORT}"
         self.version = kube_version(self.kube_bin)
         self.token = new_token()
         self.certificate_key = secrets.token_hex(32)
         self.machines: dict[str, Machine] = {}
+        # The machines that are the cluster's (booted): n1…n3, then those added, less those
+        # retired (powered off for good).
+        self.members: list[str] = ["n1", "n2", "n3"]
+        self._ca_hash: str | None = None
         self.responders: list[Responder] = []
         self.prober: Prober | None = None
         self.kubectl_loop: ReadyzLoop | None = None
@@ -303,7 +312,7 @@ class KubeletBed:
                 sandbox_image=sandbox,
             )
         t0 = time.monotonic()
-        self.boot_all()
+        self.boot_all(self.members)
         self.note(
             f"3 nodes booted (containerd up, images imported) in {time.monotonic() - t0:.1f} s"
         )
@@ -328,15 +337,32 @@ class KubeletBed:
         self.lab.teardown()
 
     def boot_all(self, names: Sequence[str] | None = None) -> None:
-        chosen = [self.machines[n] for n in (names or list(self.machines))]
+        chosen = [self.machines[n] for n in (names or self.members)]
         with concurrent.futures.ThreadPoolExecutor(len(chosen)) as pool:
             for fut in [pool.submit(m.boot) for m in chosen]:
                 fut.result()
 
     def power_off_all(self) -> None:
-        with concurrent.futures.ThreadPoolExecutor(len(self.machines)) as pool:
-            for fut in [pool.submit(m.power_off) for m in self.machines.values()]:
+        chosen = [self.machines[n] for n in self.members]
+        with concurrent.futures.ThreadPoolExecutor(len(chosen)) as pool:
+            for fut in [pool.submit(m.power_off) for m in chosen]:
                 fut.result()
+
+    def add_machine(self, name: str) -> None:
+        """Power on spare machine ``name`` (containerd up, images in): a new member, to be
+        joined with ``join``."""
+        if name in self.members or name not in self.machines:
+            raise MachineError(f"{name} is not a spare machine")
+        t0 = time.monotonic()
+        self.machines[name].boot()
+        self.members.append(name)
+        self.note(f"{name}: booted (a new machine) in {time.monotonic() - t0:.1f} s")
+
+    def retire(self, name: str) -> None:
+        """Power machine ``name`` off for good: no longer a member (its files stay)."""
+        self.machines[name].power_off()
+        self.members.remove(name)
+        self.note(f"{name}: powered off for good")
 
     # -- configs -------------------------------------------------------------------------
 
@@ -498,7 +524,13 @@ class KubeletBed:
         raise MachineError(f"{machine.name}: static {name} not restarted in {timeout:.0f} s")
 
     def ca_hash(self) -> str:
-        """``sha256:<hex>`` of the cluster CA's public key, as ``kubeadm join`` checks it."""
+        """``sha256:<hex>`` of the cluster CA's public key, as ``kubeadm join`` checks it
+        (read once from n1: a replacement removes n1's files with ``kubeadm reset``)."""
+        if self._ca_hash is None:
+            self._ca_hash = self._read_ca_hash()
+        return self._ca_hash
+
+    def _read_ca_hash(self) -> str:
         ca = self.machines["n1"].root / "etc/kubernetes/pki/ca.crt"
         pub = subprocess.run(
             ["openssl", "x509", "-pubkey", "-noout", "-in", str(ca)],
@@ -538,9 +570,12 @@ class KubeletBed:
             time.sleep(1)
         raise MachineError(f"nodes {', '.join(names)} not ready in {timeout:.0f} s")
 
-    def join(self, name: str) -> None:
+    def join(self, name: str, *, static_pod: bool = True) -> None:
+        """``kubeadm join --control-plane`` through the VIP, with vipd's static pod (or,
+        ``static_pod=False``, without: a node joining a cluster already on the DaemonSet)."""
         machine = self.machines[name]
-        self.write_static_pod(machine)
+        if static_pod:
+            self.write_static_pod(machine)
         cfg = machine.dir / "kubeadm-join.yaml"
         cfg.write_text(
             join_config(
@@ -668,8 +703,16 @@ class KubeletBed:
         return self.prober
 
     def client_kubeconfig(self) -> Path:
-        """n1's admin.conf (server: the VIP), for the client namespace."""
-        return self.machines["n1"].root / "etc/kubernetes/admin.conf"
+        """n1's admin.conf (server: the VIP), for the client namespace: a copy in the work
+        directory once there is one (``kubeadm reset`` on n1 removes n1's)."""
+        copy = self.lab.workdir / "admin.conf"
+        if copy.is_file():
+            return copy
+        original = self.machines["n1"].root / "etc/kubernetes/admin.conf"
+        if original.is_file():
+            shutil.copyfile(original, copy)
+            return copy
+        return original
 
     def server(self, name: str) -> str:
         """Node ``name``'s own API server, for kubectl when the VIP may not answer."""

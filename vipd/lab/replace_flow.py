@@ -1,0 +1,225 @@
+"""``vipd lab --kubeadm --replace``: the control plane replaced machine by machine, as Cluster
+API's KubeadmControlPlane upgrades it, on the kubelet bed's real kubelets.
+
+What it is: after ``vipd lab --kubeadm``'s bootstrap and adopt (the VIP on vipd's DaemonSet),
+for each old machine n1, n2, n3 in turn, make before break:
+
+1. a new machine (n4, n5, n6: spare machines of the bed, on the bridge, powered off until
+   now) is booted, ``kubeadm join --control-plane`` through the VIP (no static pod: the cluster
+   is on the DaemonSet), waited on until its Node is Ready and its own API server ready (its
+   etcd member is in), then labelled for the DaemonSet (the adopt label,
+   ``vipd.lab.kubelet_bed.bed.ADOPT_LABEL``) and waited on until its vipd pod is ready;
+2. the oldest is removed: ``kubectl drain --ignore-daemonsets``, its DaemonSet vipd sent away
+   by taking the label off (a graceful stop: a VRRP priority-0 advert or a released Lease, so
+   a holder hands the VIP over before its API server goes), its etcd leadership moved to the
+   new machine's member if it led (as KubeadmControlPlane does: without it the first Lease
+   runs saw the new holder miss its renew deadline in the election and drop the VIP for
+   0.25 s), ``kubeadm reset -f`` on it (its
+   static pods stop; its etcd member is removed by reset's ``remove-etcd-member`` phase,
+   checked with ``etcdctl member list`` on the new machine, and removed there if reset could
+   not), ``kubectl delete node``, then powered off for good.
+
+Each join and each removal is measured as the adopt steps are (``kubeadm_flow.measure``:
+holders before and after, VIP moves, the 2 ms prober's longest gap and failed connects,
+kubectl's ``/readyz`` through the VIP); on top: ``/readyz`` through the VIP answered at least
+once in every step, and at the end the three new machines are the Nodes, the etcd members and
+the VIP's holder, the old ones gone from all three.
+
+VRRP unicast: the peers of each vipd are its config's; a run where they follow the cluster's
+membership passes ``on_members`` (called with the members after each join and removal) to
+re-render them. Multicast and Lease need nothing there.
+
+What it must not do: judge otherwise than the adopt steps are judged (``Step.problems``), or
+remove an old machine before its successor's vipd pod is ready.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vipd.lab.addrwatch import AddressWatch
+from vipd.lab.kubeadm_flow import Step, measure, step_doc
+from vipd.lab.kubelet_bed.bed import ADOPT_LABEL, KubeletBed
+from vipd.lab.kubelet_bed.node import CONTAINERD_SOCKET, MachineError
+from vipd.lab.topology import LabError
+
+# (old, new): the oldest first, as KubeadmControlPlane's rollout picks them.
+PAIRS = (("n1", "n4"), ("n2", "n5"), ("n3", "n6"))
+# The API server's etcd client certificate: on every kubeadm control-plane node.
+ETCDCTL_TLS = (
+    "--endpoints=https://127.0.0.1:2379",
+    "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
+    "--cert=/etc/kubernetes/pki/apiserver-etcd-client.crt",
+    "--key=/etc/kubernetes/pki/apiserver-etcd-client.key",
+)
+
+
+@dataclass
+class Removal:
+    """What became of an old machine's etcd member and Node."""
+
+    old: str
+    new: str
+    etcd_before: list[str]
+    etcd_after_reset: list[str]
+    removed_by_reset: bool  # False: removed here with ``etcdctl member remove``
+    led_etcd: bool  # its member was the etcd leader (moved to the new one's first)
+    problems: list[str] = field(default_factory=list)
+
+
+def etcd_members(bed: KubeletBed, on: str) -> dict[str, str]:
+    """The etcd members (name → hex ID) as node ``on``'s etcd lists them."""
+    out = bed.machines[on].run(["etcdctl", *ETCDCTL_TLS, "member", "list", "-w", "json"]).stdout
+    return {str(m.get("name", "")): format(int(m["ID"]), "x") for m in json.loads(out)["members"]}
+
+
+def hand_over_etcd_leadership(bed: KubeletBed, old: str, new: str) -> bool:
+    """If ``old``'s etcd member leads, move the leadership to ``new``'s (``etcdctl
+    move-leader`` at the leader, as KubeadmControlPlane forwards it before removing a
+    member): removing the leader costs an election, seconds in which no API server can
+    write, and a Lease holder that cannot renew gives the VIP up. True if it moved."""
+    status = json.loads(
+        bed.machines[old].run(["etcdctl", *ETCDCTL_TLS, "endpoint", "status", "-w", "json"]).stdout
+    )[0]["Status"]
+    if int(status["leader"]) != int(status["header"]["member_id"]):
+        return False
+    target = etcd_members(bed, new)[new]
+    bed.machines[old].run(["etcdctl", *ETCDCTL_TLS, "move-leader", target])
+    bed.note(f"{old}: etcd leadership moved to {new}")
+    return True
+
+
+def answered(step: Step) -> bool:
+    """Did kubectl's ``/readyz`` through the VIP answer ok at least once in ``step``?"""
+    return step.kubectl_tries > step.kubectl_failed
+
+
+def step_problems(step: Step) -> list[str]:
+    out = step.problems()
+    if not answered(step):
+        out.append(
+            f"{step.kind} {step.node}: /readyz through the VIP never answered "
+            f"({step.kubectl_failed}/{step.kubectl_tries} tries failed)"
+        )
+    return out
+
+
+def _wait(what: str, cond: Callable[[], bool], timeout: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            if cond():
+                return time.monotonic() - t0
+        except (LabError, MachineError, subprocess.TimeoutExpired, json.JSONDecodeError):
+            pass
+        time.sleep(0.5)
+    raise MachineError(f"{what}: not in {timeout:.0f} s")
+
+
+def bring_in(bed: KubeletBed, new: str) -> None:
+    """Boot spare machine ``new``, join it as a control-plane node, put vipd's pod on it."""
+    bed.add_machine(new)
+    bed.join(new, static_pod=False)  # waits for Ready and its own API server
+    bed.adopt(new)  # the label; no static manifest there, so: until its pod is ready
+
+
+def remove(bed: KubeletBed, old: str, new: str) -> Removal:
+    """Drain ``old``, send its vipd away, ``kubeadm reset`` it, check its etcd member is
+    gone (from ``new``'s etcd), delete its Node, power it off."""
+    bed.note(f"{old}: kubectl drain --ignore-daemonsets")
+    bed.kubectl("drain", old, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
+                "--timeout=120s", timeout=150)  # fmt: skip
+    bed.note(f"{old}: label {ADOPT_LABEL}- (its vipd pod leaves)")
+    bed.kubectl("label", "node", old, f"{ADOPT_LABEL}-")
+    took = _wait(
+        f"{old}'s vipd pod gone",
+        lambda: old not in bed.vipd_pods() and "vipd" not in bed.running_containers(old),
+        120,
+    )
+    bed.note(f"{old}: its vipd pod gone in {took:.1f} s; holders {bed.holders()}")
+    before = sorted(etcd_members(bed, new))
+    led = hand_over_etcd_leadership(bed, old, new)
+    bed.note(f"{old}: kubeadm reset -f")
+    bed.kubeadm(bed.machines[old], "reset", "-f", "--cri-socket", f"unix://{CONTAINERD_SOCKET}",
+                timeout=300)  # fmt: skip
+    after = etcd_members(bed, new)
+    by_reset = old in before and old not in after
+    problems: list[str] = []
+    if old in after:
+        bed.note(f"{old}: still an etcd member after kubeadm reset; etcdctl member remove")
+        bed.machines[new].run(["etcdctl", *ETCDCTL_TLS, "member", "remove", after[old]])
+    elif old not in before:
+        problems.append(f"remove {old}: not an etcd member before kubeadm reset: {before}")
+    bed.note(f"{old}: kubeadm reset done; etcd members {sorted(etcd_members(bed, new))}")
+    bed.kubectl("delete", "node", old, timeout=60)
+    bed.retire(old)
+    return Removal(old, new, before, sorted(after), by_reset, led, problems)
+
+
+def replace(
+    bed: KubeletBed,
+    watch: AddressWatch,
+    pairs: Sequence[tuple[str, str]] = PAIRS,
+    *,
+    on_members: Callable[[list[str]], None] | None = None,
+) -> tuple[list[Step], list[Removal]]:
+    """Each old machine replaced by a new one in turn (join, then removal), measured."""
+    steps: list[Step] = []
+    removals: list[Removal] = []
+    for old, new in pairs:
+        t0 = time.monotonic()
+        bring_in(bed, new)
+        if on_members is not None:
+            on_members(list(bed.members))
+        time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
+        steps.append(measure(bed, watch, kind="join", node=new, start=t0, end=time.monotonic()))
+        t0 = time.monotonic()
+        removals.append(remove(bed, old, new))
+        if on_members is not None:
+            on_members(list(bed.members))
+        time.sleep(1)
+        steps.append(measure(bed, watch, kind="remove", node=old, start=t0, end=time.monotonic()))
+    return steps, removals
+
+
+def outcome(bed: KubeletBed, pairs: Sequence[tuple[str, str]] = PAIRS) -> dict[str, Any]:
+    """Who the cluster is at the end: its Nodes (Ready), etcd members, the VIP's holders."""
+    new = [n for _, n in pairs]
+    return {
+        "nodes": bed.nodes_ready(),
+        "etcd_members": sorted(etcd_members(bed, new[-1])),
+        "holders": bed.holders(),
+        "members": list(bed.members),
+    }
+
+
+def outcome_problems(end: dict[str, Any], pairs: Sequence[tuple[str, str]] = PAIRS) -> list[str]:
+    """The old machines gone, the new ones the control plane and the VIP's holder (pure)."""
+    new = sorted(n for _, n in pairs)
+    out = []
+    nodes: dict[str, bool] = end["nodes"]
+    if sorted(nodes) != new or not all(nodes.values()):
+        out.append(f"after the replacement: Nodes {nodes}, want {new} Ready")
+    if end["etcd_members"] != new:
+        out.append(f"after the replacement: etcd members {end['etcd_members']}, want {new}")
+    if len(end["holders"]) != 1 or end["holders"][0] not in new:
+        out.append(f"after the replacement: VIP holders {end['holders']}")
+    return out
+
+
+def run(bed: KubeletBed, watch: AddressWatch) -> tuple[dict[str, Any], list[str], list[Step]]:
+    """``kubeadm_flow.run``'s ``replace``: the replacement; its report part, its problems and
+    its steps (for the post-mortem of a step with a problem)."""
+    steps, removals = replace(bed, watch)
+    end = outcome(bed)
+    problems = [p for s in steps for p in step_problems(s)]
+    problems += [p for r in removals for p in r.problems]
+    problems += outcome_problems(end)
+    doc = {"steps": [step_doc(s) for s in steps], "removals": [vars(r) for r in removals],
+           "end": end}  # fmt: skip
+    return doc, problems, steps
