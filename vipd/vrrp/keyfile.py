@@ -17,10 +17,10 @@ keepalived only warns about group/world access, vipd refuses it.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from vipd.host.privatefile import PrivateFileError, read_private
 from vipd.vrrp.auth import KEY_MAX, KeyRing, parse_key
 
 __all__ = ["KeyFileError", "read_key", "read_keyring"]
@@ -36,28 +36,16 @@ class KeyFileError(ValueError):
 def read_key(path: str | os.PathLike[str], *, owners: frozenset[int] | None = None) -> bytes:
     """The key in ``path``. ``owners``: the uids that may own it (default: root and the
     user running vipd, which is root in production). Raises KeyFileError."""
-    allowed = owners if owners is not None else frozenset({0, os.geteuid()})
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as e:
-        raise KeyFileError(f"key file {path}: cannot open: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"key file {path}: not a regular file")
-        if st.st_uid not in allowed:
-            raise KeyFileError(
-                f"key file {path}: owned by uid {st.st_uid}, must be owned by"
-                f" uid {' or '.join(str(u) for u in sorted(allowed))}"
-            )
-        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise KeyFileError(
-                f"key file {path}: mode {stat.S_IMODE(st.st_mode):04o} gives group or others"
-                " access, must be 0600 or 0400 (a Secret volume: defaultMode 0400, no fsGroup)"
-            )
-        data = os.read(fd, _MAX_FILE + 1)
-    finally:
-        os.close(fd)
+        data = read_private(
+            path,
+            what="key file",
+            limit=_MAX_FILE + 1,
+            owners=owners,
+            mode_hint=" (a Secret volume: defaultMode 0400, no fsGroup)",
+        )
+    except PrivateFileError as e:
+        raise KeyFileError(str(e)) from None
     if len(data) > _MAX_FILE:
         raise KeyFileError(f"key file {path}: more than {_MAX_FILE} bytes, not one key")
     try:
