@@ -29,7 +29,14 @@ from vipd.importers.kaconf import Files
 from vipd.lab.daemons import KeepalivedDaemon, VipdDaemon, VrrpSpec
 from vipd.lab.prober import Prober, client_gap
 from vipd.lab.responder import Responder
-from vipd.lab.timeline import OVERLAP_LIMIT, OVERLAP_NOISE, Timeline, longest, shared, unowned
+from vipd.lab.timeline import (
+    OVERLAP_LIMIT,
+    OVERLAP_NOISE,
+    acquisitions,
+    longest,
+    shared,
+    unowned,
+)
 from vipd.lab.topology import Lab, LabError, Node, vip_for
 from vipd.lab.watch import HolderWatch
 
@@ -170,7 +177,7 @@ class Migration:
             dropped=dropped,
             client_gap_ms=round(gap * 1000, 1),
             failed_connects=failed,
-            moves=_moves(tl, t0, t1),
+            moves=sum(acquisitions(tl, n.name, t0, t1) for n in self.lab.nodes),
             no_holder_ms=round(longest(unowned(tl, t0, t1)) * 1000, 1),
             overlap_ms=round(longest(shared(tl, t0, t1)) * 1000, 1),
             holder_after=self.lab.holders(self.vip)[0],
@@ -181,16 +188,6 @@ class Migration:
         for d in [*self.vipd.values(), *self.keepalived.values()]:
             d.stop(signal.SIGKILL)
         self.watch.stop()
-
-
-def _moves(tl: Timeline, since: float, until: float) -> int:
-    held = set(tl.holders_at(since))
-    n = 0
-    for c in tl.changes_between(since, until):
-        if c.held and c.node not in held:
-            n += 1
-        (held.add if c.held else held.discard)(c.node)
-    return n
 
 
 def run(nodes: int, version: int, unicast: bool, prefix: str | None = None) -> dict[str, Any]:
