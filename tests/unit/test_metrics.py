@@ -169,7 +169,8 @@ def test_one_meaning_per_label_name_and_no_minus_one_for_unknown() -> None:
             continue
         for sample in fam.samples:
             if "backend" in sample.labels:
-                assert sample.labels["backend"] in ("vrrp", "lease"), (fam.name, sample)
+                # the election backends, and routing-table mode's (docs/reference/metrics.md)
+                assert sample.labels["backend"] in ("vrrp", "lease", "routed"), (fam.name, sample)
             if fam.type == "gauge":
                 assert sample.value != -1, (fam.name, sample)
 
