@@ -324,4 +324,15 @@ def test_runner_bgp_mode_speaker_goes_with_vipd(
         rounds += json.loads(out)["rounds"]
     kill, term = rounds
     assert kill["expected"] == "path leaves" and kill["effect_ms"] is not None, kill
-    assert term["effect_ms"] is not None and term["failed"] == 0, term
+    assert term["effect_ms"] is not None and term["left_ms"] is not None, term
+    # SIGTERM black-holes nothing: no connect timed out or met an unreachable node. The one
+    # failure a graceful stop cannot prevent is a reset of a handshake under way when the
+    # router drops the path (the router rehashes it onto a node that never saw the SYN; see
+    # black_holed in test_routed): such a connect started before the path left (the path
+    # watcher polls every 5 ms). A CI run on a loaded machine saw one; a bed whose client link
+    # queues 20 ms (tbf) sees 0-3 per round, each ECONNRESET, started 18-34 ms before the
+    # change.
+    assert set(term["failure_reasons"]) <= {"ECONNRESET"}, term
+    if term["failed"]:
+        last = max(t for t, what in term["timeline"] if what.startswith("last failed connect"))
+        assert last <= term["left_ms"] + 5.0, term["timeline"]
