@@ -28,8 +28,9 @@ Configurations:
   servers every 0.2 s, rise 2, fall 3; drain 1 s (the lab's settings).
 - ``vipd-bgp``: vipd's own BGP speaker (``announce.mode: bgp``, ExaBGP as its child) on
   nodes without FRR, peering with the router (`vipd.lab.routed_faults.node_side`,
-  ``RoutedBed.bgp_yaml``, hold time 9 s, no BFD toward it in this bed); the same health
-  checks and drain. Reported as not run, with the reason, on a vipd without the speaker.
+  ``RoutedBed.bgp_yaml``, hold time 9 s, BFD 100 ms × 3 between its ``announce.bgp.bfd``
+  and the router's bfdd); the same health checks and drain. Reported as not run, with the
+  reason, on a vipd without the speaker.
 - ``kube-vip-bgp``: kube-vip v1.0.0 with its embedded GoBGP peering with the router, every
   node advertising (``cp_enable`` without leader election); no BFD (GoBGP has none): the
   router's hold time (FRR's datacenter default 9 s, lower than kube-vip's 30 s) is what
@@ -161,7 +162,7 @@ def run_config(cfg: Config, faults: tuple[str, ...], rounds: int) -> dict[str, A
         if binaries.kube_vip(bins) is None:
             return {"config": cfg.name, "ran": False, "why": f"no kube-vip in {bins}", "rounds": []}
     opts = RoutedOptions(announce=cfg.announce, faults=faults, rounds=rounds)
-    bed = RoutedBed(nodes=3, node_frr=side.frr_nodes)
+    bed = RoutedBed(nodes=3, node_frr=side.frr_nodes, speaker_bfd=side.speaker_bfd)
     plane: ControlPlane | None = None
     session: RoutedSession | None = None
     done: list[RoutedRound] = []

@@ -24,8 +24,11 @@ With ``ipv6=True`` every link also gets IPv6 (router ``fd00:78:i::/127``, node
 (``address-family ipv6 unicast``, ``maximum-paths 8``): for a dual-stack speaker on the nodes.
 
 With ``node_frr=False`` the nodes run no FRR at all (``announce.mode: bgp``: vipd's own
-speaker opens the session, `bgp_yaml` writes its config); the router has no BFD toward them
-and the build does not wait for their sessions (they come up once vipd runs).
+speaker opens the session, `bgp_yaml` writes its config) and the build does not wait for
+their sessions (they come up once vipd runs). With ``speaker_bfd=True`` as well the router
+runs BFD 100 ms × 3 toward each node and ties its BGP neighbours to it from the start, and
+`bgp_yaml` turns on the speaker's own BFD (``announce.bgp.bfd``) with the same timers: a
+speaker without BFD would keep FRR 8.4's session Idle, so only vipd's speaker gets it.
 
 Each FRR instance runs in the foreground (tracked, killed at teardown) with its own vty
 socket directory, zserv path, pid file and one config file per daemon, without ``-N``;
@@ -223,6 +226,7 @@ class RoutedBed:
         node_frr: bool = True,
         ipv6: bool = False,
         lan: bool = False,
+        speaker_bfd: bool = False,
     ) -> None:
         """``lan=True``: the nodes also share a segment (`LAN_PREFIX`: a bridge in
         ``<prefix>-l``, ``lan0`` on each node, 10.78.100.i/24) for an election that needs
@@ -233,6 +237,7 @@ class RoutedBed:
         self.prefix = check_prefix(prefix or new_prefix())
         self.vip = vip
         self.node_frr = node_frr
+        self.speaker_bfd = speaker_bfd and not node_frr
         self.ipv6 = ipv6
         self.lan = f"{self.prefix}-l" if lan else None
         self.router = f"{self.prefix}-r"
@@ -353,9 +358,16 @@ class RoutedBed:
             self._add_ipv6()
         if self.lan is not None:
             self._build_lan(self.lan)
-        self._start_frr(r, _router_conf(self.nodes, bfd=self.node_frr, ipv6=self.ipv6))
+        bfd = self.node_frr or self.speaker_bfd
+        self._start_frr(r, _router_conf(self.nodes, bfd=bfd, ipv6=self.ipv6))
         if not self.node_frr:
-            return  # vipd's speaker opens the sessions (bgp_yaml)
+            # vipd's speaker opens the sessions (bgp_yaml). Its BFD comes up with them, so
+            # BGP can be tied to BFD before the sessions exist (no Idle wait for BFD).
+            for node in self.nodes if self.speaker_bfd else []:
+                self._configure(
+                    r, f"router bgp {ROUTER_AS}", f"neighbor {node.addr} bfd profile fast"
+                )
+            return
         for node in self.nodes:
             self._start_frr(node.ns, _node_conf(node, self.vip))
         self.wait_sessions()
@@ -418,7 +430,12 @@ class RoutedBed:
 
     def bgp_yaml(self, node: RoutedNode, hold_time: int = 9) -> str:
         """The ``announce`` section of a vipd config for ``node`` in ``announce.mode: bgp``
-        with the router as its one peer (YAML, indented as a top-level section)."""
+        with the router as its one peer (YAML, indented as a top-level section); with
+        ``speaker_bfd`` the speaker's BFD on the router's timers."""
+        bfd = (
+            f"    bfd: {{enabled: true, min_tx_ms: {BFD_MS}, min_rx_ms: {BFD_MS}, "
+            f"multiplier: {BFD_MULT}}}\n"
+        )
         return (
             "announce:\n"
             "  mode: bgp\n"
@@ -429,6 +446,7 @@ class RoutedBed:
             f"    peers: [{{address: {node.router_addr}, asn: {ROUTER_AS}}}"
             + (f", {{address: '{node.router_addr6}', asn: {ROUTER_AS}}}" if self.ipv6 else "")
             + "]\n"
+            + (bfd if self.speaker_bfd else "")
         )
 
     def sessions_up(self, family: str = "ipv4") -> set[str]:

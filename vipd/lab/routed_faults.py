@@ -86,6 +86,7 @@ class NodeSide:
     announce: str  # announce.mode
     frr_nodes: bool  # the node's FRR does the BGP (routing-table), or vipd itself does
     announce_yaml: Callable[[RoutedBed, RoutedNode], str]  # vipd's `announce:` line
+    speaker_bfd: bool = False  # the router runs BFD toward the node's own speaker
 
 
 def _routing_table(bed: RoutedBed, node: RoutedNode) -> str:
@@ -107,8 +108,8 @@ def node_side(announce: str) -> NodeSide:
                 "vipd/routed/speaker.py), which this vipd does not have; "
                 "--announce routing-table runs the same fabric with FRR on the nodes"
             )
-        # No FRR on the nodes: vipd's speaker peers with the router (no BFD toward it).
-        return NodeSide(announce, False, _bgp)
+        # No FRR on the nodes: vipd's speaker peers with the router, each end with BFD.
+        return NodeSide(announce, False, _bgp, speaker_bfd=True)
     raise LabError(f"--announce must be one of {', '.join(ANNOUNCES)} (got {announce!r})")
 
 

@@ -375,7 +375,12 @@ def _span(bad: Sequence[Attempt], resolution: float) -> float | None:
 def execute(opts: RoutedOptions) -> dict[str, Any]:
     """Run the routed lab; the report as plain data (LabError if it cannot start)."""
     side = node_side(opts.announce)
-    bed = RoutedBed(nodes=opts.nodes, prefix=opts.prefix, node_frr=side.frr_nodes)
+    bed = RoutedBed(
+        nodes=opts.nodes,
+        prefix=opts.prefix,
+        node_frr=side.frr_nodes,
+        speaker_bfd=side.speaker_bfd,
+    )
     session: RoutedSession | None = None
     rounds: list[RoutedRound] = []
     keep = opts.keep
@@ -386,6 +391,7 @@ def execute(opts: RoutedOptions) -> dict[str, Any]:
                 f"routed lab {bed.prefix}: {opts.nodes} nodes, announce {opts.announce}, "
                 f"VIP {bed.vip}; FRR router"
                 + (", BFD 100 ms x 3" if side.frr_nodes else ", vipd's speaker on the nodes")
+                + (" with BFD 100 ms x 3" if side.speaker_bfd else "")
                 + f"; logs in {bed.workdir}"
             )
             session = RoutedSession(bed, side, opts)

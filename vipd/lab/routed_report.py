@@ -51,7 +51,7 @@ def report(opts: RoutedOptions, bed: RoutedBed, rounds: list[RoutedRound]) -> di
             "probe_timeout": opts.probe_timeout,
             "health": {"interval": INTERVAL, "rise": RISE, "fall": FALL},
             "drain": DRAIN,
-            "bfd": "100 ms x 3" if opts.announce == "routing-table" else "none to the nodes",
+            "bfd": "100 ms x 3",
         },
         "rounds": [r.to_dict() for r in rounds],
         "summary": {
