@@ -233,6 +233,7 @@ class Agent:
             health_peers=self.health_peers,
             tracks=self.tracks,
             garp_sent=self.garp_sent,
+            membership=self.membership.snapshot() if self.membership is not None else None,
         )
 
     def _publish(self, now: float) -> None:

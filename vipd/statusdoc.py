@@ -48,6 +48,7 @@ def document(
     health_peers: Sequence[IPAddress],
     tracks: TrackChecker | None,
     garp_sent: int,
+    membership: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The /status document (``vipd.endpoint.status`` documents its shape): the first
     instance's election at the top, as with one VIP; ``vips`` lists every VIP with its
@@ -83,6 +84,8 @@ def document(
         "tracks": tracks.snapshot() if tracks is not None else [],
         "counters": counters,
     }
+    if membership is not None:
+        doc["membership"] = membership
     if len(instances) > 1:
         doc["instances"] = [
             {"vips": [str(v) for v in inst.vips], **part}

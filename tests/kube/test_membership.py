@@ -25,9 +25,11 @@ emulator.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -88,6 +90,19 @@ class MemberVipd(VipdDaemon):
         }
         out["metrics"] = {"listen": "0.0.0.0:2112"}
         return out
+
+
+def status_of(d: MemberVipd) -> dict[str, Any]:
+    """The daemon's /status document, read from its node's namespace."""
+    code = (
+        "import sys, urllib.request; "
+        "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:2112/status', timeout=5)"
+        ".read().decode())"
+    )
+    argv = ["ip", "netns", "exec", d.node.ns, sys.executable, "-c", code]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=15, check=True).stdout
+    doc: dict[str, Any] = json.loads(out)
+    return doc
 
 
 def node_object(name: str, ip: str) -> dict[str, Any]:
@@ -227,11 +242,18 @@ def test_a_fourth_node_is_learnt_heard_and_takes_over(bed: KubeBed, followed: bo
                 d4, r"membership read through another API server.*server=https://10\.77\.0\.", 60
             )
             wait_log(d4, r"membership admission.*held=true.*waiting", 30)
+            # /status says so too (its membership part follows the rounds).
+            member = status_of(d4)["membership"]
+            assert member["held"] is True and member["held_why"], member
+            assert set(member["read_through"].values()) <= set(others), member
             wait_log(d4, r"membership: joining the election", SETTLE + 3 * INTERVAL + 15)
             joined = time.monotonic() - t_node
             print(f"\nthe others learnt n4 {learnt:.1f} s after its Node was created; "
                   f"n4 joined the election after {joined:.1f} s (settle {SETTLE:g} s)")  # fmt: skip
             assert holders.now() == ["n1"]
+            member = status_of(d4)["membership"]
+            assert member["held"] is False, member
+            assert set(member["lists"][0]["members"]) == {n.ipv4 for n in (n1, n2, n3)}, member
             # It is heard: n2 and n3 have its adverts' source in their sets (no drops of it)
             # and stay backups; n4 backs up n1 (lower priority), sending nothing meanwhile.
             time.sleep(3)

@@ -253,6 +253,8 @@ def test_the_follower_merges_counts_and_keeps_the_last_good_set(
     assert applied[-1][0][key] == (A("10.0.0.2"), A("10.0.0.4"))
     assert sample("vipd_membership_read_failures_total", list=key) == fails0 + 1
     assert "keeping the last good set" in caplog.text
+    snap = f.snapshot()
+    assert snap["failed_rounds"] == 1 and snap["lists"][0]["members"] == ["10.0.0.2", "10.0.0.4"]
 
     # A node is replaced: .4 leaves the Nodes, .5 joins both sources.
     fake.answers = {
@@ -276,9 +278,24 @@ def test_the_follower_holds_a_new_node_until_it_is_known() -> None:
         reader=fake,
         clock=lambda: now[0],
     )
+    assert f.snapshot()["read"] is False and f.snapshot()["held"] is None  # no round yet
     fake.answers = {"endpointslices": slices("10.0.0.1", "10.0.0.2"), "nodes": nodes("10.0.0.1")}
     asyncio.run(f.poll())
     assert applied[-1].held and sample("vipd_membership_held") == 1
+    snap = f.snapshot()
+    assert snap["held"] is True and "not in the membership set" in snap["held_why"], snap
+    assert snap["lists"] == [
+        {
+            "list": policy.UNICAST_PEERS,
+            "from": ["endpointslices", "nodes"],
+            "static": ["10.0.0.1", "10.0.0.2"],
+            "members": ["10.0.0.1", "10.0.0.2"],
+        }
+    ]
+    assert snap["read_through"] == {
+        "endpointslices": "https://127.0.0.1:6443",
+        "nodes": "https://127.0.0.1:6443",
+    }
     fake.answers["nodes"] = nodes("10.0.0.1", "10.0.0.4")
     now[0] = 10
     asyncio.run(f.poll())

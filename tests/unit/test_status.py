@@ -231,3 +231,33 @@ def test_routing_table_mode_says_what_it_announces_and_no_vrrp_lines() -> None:
     assert "master" not in got and "peers" not in got
     out = lines({**doc, "vip_bound": False, "routed": {**doc["routed"], "announcing": False}})
     assert out["VIP"].endswith("not announced here") and out["routed"].startswith("not ann")
+
+
+def test_followed_membership_is_shown_with_its_sources_and_hold() -> None:
+    doc: dict[str, Any] = {
+        "role": "follower",
+        "membership": {
+            "lists": [
+                {
+                    "list": "election.vrrp.unicast_peers",
+                    "from": ["endpointslices", "nodes"],
+                    "static": ["10.0.0.1"],
+                    "members": ["10.0.0.1", "10.0.0.5"],
+                }
+            ],
+            "read": True,
+            "read_through": {"nodes": "https://10.0.0.100:6443"},
+            "failed_rounds": 3,
+            "held": True,
+            "held_why": "10.0.0.5 not yet in the set read",
+        },
+    }
+    text = status.render(doc)
+    assert (
+        "membership  election.vrrp.unicast_peers from endpointslices+nodes: 10.0.0.1, "
+        "10.0.0.5 (static: 10.0.0.1)"
+    ) in text
+    assert "nodes read through https://10.0.0.100:6443" in text
+    assert "3 failed reads in a row: the last good set holds" in text
+    assert "HELD OUT OF THE ELECTION: 10.0.0.5 not yet in the set read" in text
+    assert "membership" not in status.render({"role": "leader"})

@@ -17,6 +17,9 @@ verdicts added::
     counters: {transitions, adverts_sent, adverts_received, advert_send_errors,
                invalid_adverts: {reason: n}, garp_sent, duplicate_claims,
                rate_limited: {answer, defence, log}},
+    membership: {lists: [{list, from, static, members}], read, read_through: {source: url},
+                 failed_rounds, held, held_why}             with a *_from key: the peer
+                                                           lists followed from the cluster
     instances: [{vips, role, vrrp, master, peers, ...}]    with two VRRP virtual routers
                                                            (one per family): each one's part
     healthy, health_reason, ready, ready_reason, heartbeat_age_s   (added by the endpoint)
@@ -210,6 +213,7 @@ def render(doc: Mapping[str, Any]) -> str:
                 f"{_s(t.get('name'))} {up}, weight {_s(t.get('weight'))}{value}",
             )
         )
+    lines += _membership(g("membership"))
     ready = "yes" if g("ready") else f"NO: {_s(g('ready_reason'))}"
     healthy = "yes" if g("healthy") else f"NO: {_s(g('health_reason'))}"
     lines.append(("ready", ready))
@@ -227,3 +231,26 @@ def render(doc: Mapping[str, Any]) -> str:
         lines.append(("counters", ", ".join(parts)))
     width = max(len(k) for k, _ in lines)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
+
+
+def _membership(m: Any) -> list[tuple[str, str]]:
+    """The followed peer lists: members (and from where), the API server read through, a
+    run of failed reads (the last good set in force) and the unicast admission hold."""
+    if not isinstance(m, Mapping):
+        return []
+    lines: list[tuple[str, str]] = []
+    for i, lst in enumerate(m.get("lists") or []):
+        members = ", ".join(map(str, lst.get("members") or [])) or "none"
+        static = ", ".join(map(str, lst.get("static") or []))
+        text = f"{_s(lst.get('list'))} from {'+'.join(map(str, lst.get('from') or []))}: {members}"
+        text += f" (static: {static})" if static else ""
+        lines.append(("membership" if i == 0 else "", text))
+    if not m.get("read"):
+        lines.append(("", "not read yet"))
+    for source, url in sorted((m.get("read_through") or {}).items()):
+        lines.append(("", f"{source} read through {url}"))
+    if m.get("failed_rounds"):
+        lines.append(("", f"{m['failed_rounds']} failed reads in a row: the last good set holds"))
+    if m.get("held"):
+        lines.append(("", f"HELD OUT OF THE ELECTION: {_s(m.get('held_why'))}"))
+    return lines

@@ -86,6 +86,27 @@ class MembershipFollower:
         self.cfg = cfg
         self.lists = policy.followed_lists(cfg)
 
+    def snapshot(self) -> dict[str, Any]:
+        """``/status``'s ``membership``: each following list with its sources, static part
+        and the members in force; the API server each source was last read through; the
+        failed rounds in a row; the unicast admission verdict (None without one)."""
+        return {
+            "lists": [
+                {
+                    "list": f.key,
+                    "from": list(f.sources),
+                    "static": [str(a) for a in f.static],
+                    "members": [str(a) for a in self.current.get(f.key, f.static)],
+                }
+                for f in self.lists
+            ],
+            "read": self.attempted,
+            "read_through": dict(self.where),
+            "failed_rounds": self.failures,
+            "held": None if self.verdict is None else self.verdict.held,
+            "held_why": None if self.verdict is None else self.verdict.why,
+        }
+
     async def run(self) -> None:
         while True:
             try:
