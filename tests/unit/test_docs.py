@@ -420,3 +420,129 @@ def test_every_handled_signal_is_documented() -> None:
     section = doc_section("Signals")
     documented = set(re.findall(r"^\| `(SIG[A-Z0-9]+)` \|", section, re.MULTILINE))
     assert documented == signals
+
+
+# -- the module map of docs/design/architecture.md -----------------------------------------
+
+ARCH_DOC = DOCS / "design" / "architecture.md"
+PACKAGE = ROOT / "vipd"
+MAP_ENTRY = re.compile(r"^  (\S+)(.*)$")
+PY_NAME = re.compile(r"\b\w+\.py\b")
+# A path in backticks: a file or a package, from the repository's root or from vipd/.
+PATH_IN_TICKS = re.compile(r"`((?:[\w.-]+/)*[\w.-]+(?:\.py|/))`")
+ROOT_DIRS = ("vipd/", "tests/", "bench/", "scripts/", "docs/")
+
+
+def layout_map(text: str) -> dict[str, str]:
+    """The ``## Layout`` block as ``{package: its entry's text}``: ``""`` holds the top-level
+    module names, ``"vrrp/driver/"`` the text of that package's entry (continuation lines
+    included), which names its modules and its subpackages (``manifest/``)."""
+    m = re.search(r"^## Layout\n+```\nvipd/\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert m, "docs/design/architecture.md has no ## Layout block starting with vipd/"
+    entries: dict[str, str] = {"": ""}
+    current: str | None = None
+    for line in m.group(1).splitlines():
+        entry = MAP_ENTRY.match(line)
+        if entry:
+            name, rest = entry.groups()
+            if name.endswith("/"):
+                current = name
+                entries[current] = rest
+            else:
+                current = None
+                entries[""] += f" {name}"
+        elif current is not None:
+            entries[current] += f" {line.strip()}"
+    return entries
+
+
+def map_problems(text: str, package: Path) -> list[str]:
+    """What the map names that is not in ``package``, and the modules of ``package`` outside
+    its ``lab/`` that the map does not name."""
+    entries = layout_map(text)
+    problems = [
+        f"vipd/{name} is in the map but not in the tree"
+        for name in entries[""].split()
+        if not (package / name).is_file()
+    ]
+    for pkg, body in entries.items():
+        if not pkg:
+            continue
+        if not (package / pkg).is_dir():
+            problems.append(f"vipd/{pkg} is in the map but not in the tree")
+            continue
+        problems += [
+            f"vipd/{pkg}...{name} is in the map but not in the tree"
+            for name in PY_NAME.findall(body)
+            if not any((package / pkg).rglob(name))
+        ]
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if "__pycache__" in rel.parts or rel.parts[0] == "lab":
+            continue
+        if len(rel.parts) == 1:
+            if rel.name != "__init__.py" and rel.name not in entries[""].split():
+                problems.append(f"vipd/{rel} is not in the map")
+            continue
+        folder = rel.parent.as_posix() + "/"
+        owners = [p for p in entries if p and folder.startswith(p)]
+        if not owners:
+            problems.append(f"vipd/{folder} (with {rel.name}) is not in the map")
+            continue
+        owner = max(owners, key=len)
+        body = entries[owner]
+        sub = folder.removeprefix(owner)
+        if sub and sub not in body:
+            problems.append(f"vipd/{folder} is not in the map's entry for vipd/{owner}")
+        elif rel.name != "__init__.py" and rel.name not in PY_NAME.findall(body):
+            problems.append(f"vipd/{rel} is not in the map")
+    return problems
+
+
+def path_problems(text: str, root: Path) -> list[str]:
+    """Every path the document names in backticks is there: from the repository's root when
+    it starts at a top-level directory, else from vipd/ (a bare file name: anywhere in it)."""
+    problems = []
+    for token in sorted(set(PATH_IN_TICKS.findall(text))):
+        if token.startswith(ROOT_DIRS):
+            found = (root / token).exists()
+        elif "/" in token.rstrip("/"):
+            found = (root / "vipd" / token).exists()
+        else:
+            found = any((root / "vipd").rglob(token.rstrip("/")))
+        if not found:
+            problems.append(f"`{token}` names nothing in the tree")
+    return problems
+
+
+def test_the_map_check_can_fail() -> None:
+    text = ARCH_DOC.read_text(encoding="utf-8")
+    assert not map_problems(text, PACKAGE)
+    gone = text.replace("  cli.py ", "  clix.py ", 1).replace(" members.py ", " memberz.py ", 1)
+    found = map_problems(gone, PACKAGE)
+    assert "vipd/clix.py is in the map but not in the tree" in found, found
+    assert "vipd/cli.py is not in the map" in found, found
+    assert "vipd/vrrp/driver/members.py is not in the map" in found, found
+    assert any("memberz.py" in p for p in found), found
+    renamed = text.replace("`vipd/lease/watch.py`", "`vipd/lease/watcher.py`", 1)
+    assert renamed != text
+    assert path_problems(renamed, ROOT) == ["`vipd/lease/watcher.py` names nothing in the tree"]
+
+
+def test_the_module_map_is_the_tree() -> None:
+    """Every module and package the map names exists, and every product module (anything
+    outside vipd/lab/) is named in it."""
+    text = ARCH_DOC.read_text(encoding="utf-8")
+    entries = layout_map(text)
+    assert len(entries[""].split()) >= 25 and len(entries) >= 15, entries
+    modules = [p for p in PACKAGE.rglob("*.py") if "lab" not in p.relative_to(PACKAGE).parts]
+    assert len(modules) >= 100
+    problems = map_problems(text, PACKAGE)
+    assert not problems, "docs/design/architecture.md's map:\n" + "\n".join(problems)
+
+
+def test_the_architecture_names_only_files_that_exist() -> None:
+    text = ARCH_DOC.read_text(encoding="utf-8")
+    assert len(PATH_IN_TICKS.findall(text)) >= 100
+    problems = path_problems(text, ROOT)
+    assert not problems, "docs/design/architecture.md:\n" + "\n".join(problems)
