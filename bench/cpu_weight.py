@@ -27,8 +27,7 @@ It records every tick's lateness (start minus its due time) and the largest gap 
 tick starts, writes ``cpu-weight.json`` (every block's numbers) and ``cpu-weight.md``
 (medians over blocks of each block's p50, p99, max lateness and max gap) into ``--out``. The
 probe is a stand-in for vipd's tick, not vipd: the point is the scheduler's arithmetic,
-which is the same for any process in the group. No thresholds: the numbers go to
-docs/benchmarks.md.
+which is the same for any process in the group. No thresholds.
 
 What it must not do: leave a cgroup or a busy loop behind, or judge.
 """

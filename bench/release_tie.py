@@ -20,7 +20,7 @@ Per round it records: the backups that added the VIP (``binds``: 1 is right, 2 i
 how long two backups held it at once (the stopping node left out), how long the old holder
 and its successor overlapped (make-before-break, by design), the client's longest gap between
 two answered connects and its failed connects. It writes ``<name>.json`` (every round, the
-environment and the command) and ``<name>.md`` (the table in docs/benchmarks.md).
+environment and the command) and ``<name>.md`` (the table).
 
 What it must not do: judge. A block whose lab failed (no single holder after a stop) is
 recorded with its error and the exit status is 1; nothing is asserted about durations.

@@ -27,7 +27,7 @@ Periods: 0.3 s is a Backup's wake-up at 0.1 s adverts (it wakes every third adve
 and 0.01 s a Master's tick, 0.03 s a Backup's at 0.01 s.
 
 It writes ``wake-floor.json`` (every sample) and ``wake-floor.md`` (medians, and each shape
-against ``c-epoll``) into ``--out``. No thresholds: the numbers go to docs/benchmarks.md.
+against ``c-epoll``) into ``--out``. No thresholds.
 
 What it must not do: judge, or need root; it touches nothing but its own child processes.
 """

@@ -41,7 +41,7 @@ DEFAULT_METRICS_LISTEN = "0.0.0.0:2112"
 CPU_REQUEST = "100m"
 # No CPU limit: CFS throttling would hold a due advert until the next period (100 ms), longer
 # than a 0.1 s advert interval. Memory (docs/operations.md#security): peak RSS of the imports
-# each mode loads 29 MiB for VRRP (28-42 MiB steady in docs/benchmarks.md), 52 MiB with the
+# each mode loads 29 MiB for VRRP (33 MiB steady in docs/benchmarks.md), 52 MiB with the
 # Kubernetes client (Lease; 59 MiB running against a real API server), 61 MiB with IPVS
 # discovery and pyroute2. The request is what the node keeps for it (about 2x the measured
 # peak, so a node under memory pressure evicts others first); the limit, 4x the largest,
