@@ -108,7 +108,7 @@ class Agent:
             else:
                 from vipd.routed.leader import leader_actuators
 
-                actuators = leader_actuators(cfg)
+                actuators = leader_actuators(cfg, pre)
         self._make_actuators = actuators
         self._watch_link = watch_link
         self.endpoint = endpoint

@@ -89,7 +89,7 @@ def _check_offline(path: str | None) -> int:
     if cfg.announce.ecmp:
         how = f"announce {cfg.announce.mode} (ECMP pool: no election)"
     elif cfg.announce.routed:
-        how = f"announce routing-table, pool leader: the {cfg.election.mode} holder announces"
+        how = f"announce {cfg.announce.mode}, pool leader: the {cfg.election.mode} holder announces"
     print(f"  VIP {vips}, {how}, endpoint {cfg.metrics.listen}")
     return 0
 

@@ -33,6 +33,11 @@ Rules and where they come from
     - Several VIPs (``vips``): each is checked as above; the interface goes by the first one,
       and every family among them needs its own advert source (RFC 9568 §7: one virtual
       router per family, each advertising from an address of its family).
+    - Findings say only what runs: the VRRP source lines when a VRRP election runs (not with
+      a Lease, nor in the routed modes' ECMP pool, where nothing is elected); in the routed
+      modes (docs/design/routed.md) a line saying what announces the VIP (the kernel table,
+      or vipd's BGP speaker and its routers) in place of the layer-2 findings (the VIP's
+      subnet on the interface, a link-layer address for gratuitous ARP), which do not apply.
 """
 
 from __future__ import annotations
@@ -249,6 +254,8 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
         fam_peers = tuple(p for p in peers if p.version == version)
         source = _source(link, rep_vip, fam_peers)
         sources.append(source.ip)
+        if cfg.election.mode != "vrrp":
+            continue  # a Lease or the ECMP pool: no advert is ever sent
         findings.append(f"VRRP adverts will be sent from {source.ip} on {link.name}")
         if source.flags & IFA_F_TENTATIVE:
             findings.append(
@@ -257,6 +264,16 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
             )
     primary_ip = next(s for s in sources if s.version == vip.version)
 
+    if cfg.announce.routed:
+        findings.append(_routed_finding(cfg))
+        return Preflight(
+            link=link,
+            source=primary_ip,
+            findings=tuple(findings),
+            stale_vip=stale_vip,
+            unicast_peers=peers,
+            sources=tuple(sources),
+        )
     for each in cfg.vips:
         if not any(each in a.address.network for a in _own(link.addresses, each) if _scoped(a.ip)):
             findings.append(
@@ -276,6 +293,25 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
         stale_vip=stale_vip,
         unicast_peers=peers,
         sources=tuple(sources),
+    )
+
+
+def _routed_finding(cfg: Config) -> str:
+    """What reaches the network in the routed modes, in place of the L2 findings (no VIP
+    subnet on the interface is needed, and no gratuitous ARP is sent)."""
+    a = cfg.announce
+    who = "this node while its API server is healthy (ECMP pool)"
+    if not a.ecmp:
+        who = f"this node while it holds the {cfg.election.mode} election"
+    vips = ", ".join(map(str, cfg.vips))
+    if a.speaker:
+        routers = ", ".join(f"{p.address} AS{p.asn}" for p in a.bgp.peers)
+        how = f"vipd's BGP speaker announces {vips} to {routers}"
+    else:
+        how = f"{vips} is written into table {a.table} for this node's routing daemon to export"
+    return (
+        f"{how}, from {who}; the VIP is bound as an AnyIP route on lo (protocol "
+        f"{a.protocol}), not as an address, and no gratuitous ARP is sent"
     )
 
 

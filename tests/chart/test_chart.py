@@ -240,6 +240,77 @@ CASES: list[tuple[str, dict[str, Any], list[str], dict[str, Any]]] = [
         ["--name", "vipd-edge"],
         {"name": "vipd-edge"},
     ),
+    (
+        # The ECMP pool: no election in the config, NET_ADMIN alone, the drain and ExaBGP's
+        # exit in the grace period, the password file mounted, the API modes' memory.
+        "bgp-ecmp-password-file",
+        {
+            "vip": "10.79.0.100",
+            "interface": "eth0",
+            "announce": {
+                "mode": "bgp",
+                "drain": 30,
+                "bgp": {
+                    "local_asn": 65100,
+                    "peers": [
+                        {
+                            "address": "10.78.1.0",
+                            "asn": 65000,
+                            "password_file": "/etc/vipd-bgp/tor1",
+                        },
+                        {"address": "10.78.2.0", "asn": 65000},
+                    ],
+                },
+            },
+            "health": {"peers": ["10.78.2.1", "10.78.3.1"]},
+        },
+        [],
+        {},
+    ),
+    (
+        "bgp-ecmp-bfd",  # BFD binds its sockets to the uplink: NET_RAW again
+        {
+            "vip": "10.79.0.100",
+            "announce": {
+                "mode": "bgp",
+                "drain": 0,
+                "bgp": {
+                    "local_asn": 65100,
+                    "peers": [{"address": "10.78.1.0", "asn": 65000}],
+                    "bfd": {"enabled": True},
+                },
+            },
+            "health": {},
+        },
+        [],
+        {},
+    ),
+    (
+        "bgp-leader-vrrp",
+        {
+            "vip": "10.79.0.100",
+            "interface": "lan0",
+            "announce": {
+                "mode": "bgp",
+                "pool": "leader",
+                "drain": 25,
+                "bgp": {"local_asn": 65100, "peers": [{"address": "10.78.1.0", "asn": 65000}]},
+            },
+            "election": {"mode": "vrrp", "vrrp": {"vrid": 9, "advert_interval": 3}},
+        },
+        [],
+        {},
+    ),
+    (
+        "routing-table-ecmp",
+        {
+            "vip": "10.79.0.100",
+            "announce": {"mode": "routing-table", "table": 200},
+            "health": {"peers": ["10.78.2.1"]},
+        },
+        [],
+        {},
+    ),
 ]
 
 

@@ -222,3 +222,35 @@ def test_the_password_compare_is_loaded_at_start_only_where_a_password_is_set(
     out = _bare_python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(auth_pass is not None)
+
+
+def test_check_in_the_ecmp_pool_prints_the_routes_not_vrrp(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ipaddress import ip_interface
+
+    from vipd import config, preflight, startup
+
+    cfg = config.parse(
+        {
+            "node": "cp-1",
+            "vip": "10.79.0.100",
+            "interface": "eth0",
+            "announce": {
+                "mode": "bgp",
+                "bgp": {"local_asn": 65100, "peers": [{"address": "10.78.1.0", "asn": 65000}]},
+            },
+            "health": None,
+        }
+    )
+    eth0 = preflight.HostLink(
+        "eth0", 2, True, False, "02:00:00:00:00:02",
+        (preflight.HostAddress(ip_interface("10.78.1.1/31"), 0x80),),
+    )  # fmt: skip
+    pre = preflight.check_host(cfg, preflight.HostView((eth0,)))
+    monkeypatch.setattr(startup, "load", lambda path: (cfg, pre))
+    assert cli.main(["check", "--config", "/nonexistent.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "VRRP" not in out, out
+    assert "bgp mode: AS65100" in out
+    assert "preflight: vipd's BGP speaker announces 10.79.0.100 to 10.78.1.0 AS65000" in out

@@ -83,15 +83,32 @@ def test_pool_leader_still_refuses_ipvs() -> None:
         parse(doc)
 
 
-def test_pool_leader_is_refused_in_bgp_mode() -> None:
-    doc = {
-        **BASE,
-        "announce": {
-            "mode": "bgp",
-            "pool": "leader",
-            "bgp": {"local_asn": 65100, "peers": [{"address": "10.78.1.0", "asn": 65000}]},
-        },
-        "health": None,
-    }
-    with pytest.raises(config.ConfigError, match=r"announce\.pool: leader is built for"):
+BGP_LEADER: dict[str, Any] = {
+    **BASE,
+    "announce": {
+        "mode": "bgp",
+        "pool": "leader",
+        "bgp": {"local_asn": 65100, "peers": [{"address": "10.78.1.0", "asn": 65000}]},
+    },
+    "election": {"vrrp": {"vrid": 7}},
+}
+
+
+def test_pool_leader_runs_the_election_in_bgp_mode() -> None:
+    cfg = parse(BGP_LEADER)
+    assert cfg.announce.speaker and not cfg.announce.ecmp and cfg.announce.pool == "leader"
+    assert cfg.election.mode == "vrrp" and cfg.health is None
+
+
+def test_pool_leader_in_bgp_mode_refuses_bfd() -> None:
+    doc = {**BGP_LEADER, "announce": {**BGP_LEADER["announce"]}}
+    doc["announce"]["bgp"] = {**doc["announce"]["bgp"], "bfd": {"enabled": True}}
+    with pytest.raises(config.ConfigError) as err:
         parse(doc)
+    text = str(err.value)
+    assert "announce.bgp.bfd.enabled: must be false with announce.pool: leader" in text
+    assert "\n" not in text
+    doc["announce"]["pool"] = "ecmp"
+    del doc["election"]
+    doc["health"] = None
+    assert parse(doc).announce.bgp.bfd.enabled

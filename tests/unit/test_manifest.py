@@ -17,6 +17,7 @@ import yaml
 
 from vipd import config
 from vipd.deploy import manifest
+from vipd.deploy.manifest.model import SPEAKER_GRACE_S
 from vipd.vrrp import state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -602,3 +603,100 @@ def test_routing_table_mode_renders_with_a_grace_period_covering_its_drain() -> 
     spec = pod_spec(manifest.pod(p, opts))
     assert spec["terminationGracePeriodSeconds"] >= 21
     assert manifest.rbac(p, opts) == []  # no Kubernetes API used in this mode
+
+
+BGP_ANNOUNCE: dict[str, Any] = {
+    "mode": "bgp",
+    "drain": 3,
+    "bgp": {
+        "local_asn": 65100,
+        "peers": [
+            {"address": "10.78.1.0", "asn": 65000, "password_file": "/etc/vipd-bgp/tor1"},
+            {"address": "10.78.2.0", "asn": 65000},
+        ],
+    },
+}
+
+
+def _caps(obj: dict[str, Any]) -> list[str]:
+    add = main_container(obj)["securityContext"]["capabilities"]["add"]
+    assert isinstance(add, list)
+    return add
+
+
+def test_bgp_mode_mounts_the_password_files_and_asks_only_what_the_code_needs() -> None:
+    data = {
+        "vip": "10.79.0.100",
+        "interface": "eth0",
+        "announce": BGP_ANNOUNCE,
+        "health": {"peers": ["10.78.2.1"]},
+    }
+    p = manifest.plan(data)
+    opts = manifest.Options(image="registry.example/vipd:1")
+    want_mount = {"name": "host-file-0", "mountPath": "/etc/vipd-bgp/tor1", "readOnly": True}
+    want_volume = {
+        "name": "host-file-0",
+        "hostPath": {"path": "/etc/vipd-bgp/tor1", "type": "File"},
+    }
+    for obj in (manifest.pod(p, opts), manifest.daemonset(p, opts)):
+        # The ECMP pool elects nothing and sends no ARP: netlink alone (the AnyIP binding).
+        assert _caps(obj) == ["NET_ADMIN"]
+        assert want_mount in main_container(obj)["volumeMounts"]
+        assert want_volume in pod_spec(obj)["volumes"]
+        assert (
+            len([m for m in main_container(obj)["volumeMounts"] if "host-file" in m["name"]]) == 1
+        )
+        assert main_container(obj)["resources"]["requests"]["memory"] == "128Mi"  # + ExaBGP
+        # the drain, the route calls, ExaBGP's graceful exit, the margin
+        assert pod_spec(obj)["terminationGracePeriodSeconds"] >= 3 + 1 + 5
+    assert manifest.rbac(p, opts) == []
+    for kind in ("pod", "daemonset"):
+        for d in docs(manifest.render(kind, p, opts, "vipd.yaml")):
+            kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    static = yaml.safe_load(manifest.render("config", p, opts, "vipd.yaml"))
+    assert static["announce"]["bgp"]["peers"][0]["password_file"] == "/etc/vipd-bgp/tor1"
+    assert p.stop_deadline_s == 3 + 1.0 + SPEAKER_GRACE_S
+
+
+def test_speaker_grace_in_the_manifests_is_the_drivers() -> None:
+    from vipd.routed import exabgp
+
+    assert exabgp.GRACE == SPEAKER_GRACE_S
+
+
+@pytest.mark.parametrize(
+    ("announce", "election", "raw"),
+    [
+        ({"mode": "routing-table"}, None, False),
+        ({**BGP_ANNOUNCE, "bgp": {**BGP_ANNOUNCE["bgp"], "bfd": {"enabled": True}}}, None, True),
+        ({**BGP_ANNOUNCE, "pool": "leader"}, {"vrrp": {"vrid": 7}}, True),
+        ({"mode": "routing-table", "pool": "leader"}, {"mode": "lease"}, True),
+        ({"mode": "arp"}, {"vrrp": {"vrid": 7}}, True),
+        ({"mode": "arp"}, {"mode": "lease"}, True),
+    ],
+)
+def test_net_raw_only_where_a_raw_socket_is_opened(
+    announce: dict[str, Any], election: dict[str, Any] | None, raw: bool
+) -> None:
+    data: dict[str, Any] = {"vip": "10.79.0.100", "interface": "eth0", "announce": announce}
+    if election is None:
+        data["health"] = {}
+    else:
+        data["election"] = election
+    p = manifest.plan(data)
+    opts = manifest.Options()
+    want = ["NET_ADMIN", "NET_RAW"] if raw else ["NET_ADMIN"]
+    assert _caps(manifest.pod(p, opts)) == want
+    assert _caps(manifest.daemonset(p, opts)) == want
+
+
+def test_the_leader_pool_in_bgp_mode_covers_the_election_and_the_drain() -> None:
+    data = {
+        "vip": "10.79.0.100",
+        "interface": "lan0",
+        "announce": {**BGP_ANNOUNCE, "pool": "leader"},
+        "election": {"vrrp": {"vrid": 7, "advert_interval": 2}},
+    }
+    v = manifest.plan(data)
+    skew = state.skew_time(3, 1, 200)
+    assert v.stop_deadline_s == pytest.approx(skew + 2 + 3 + 1.0 + SPEAKER_GRACE_S)

@@ -87,6 +87,18 @@ def test_unit_stop_timeout_outlasts_vipds_longest_graceful_stop() -> None:
     )
     assert plan.stop_deadline_s == pytest.approx(longest)
     assert seconds > longest
+    # The routed modes' leader pool: that election's stop, then the longest drain, the route
+    # calls and ExaBGP's graceful exit.
+    bgp = {"local_asn": 65100, "peers": [{"address": "10.0.0.2", "asn": 65000}]}
+    routed = manifest.plan(
+        {
+            "vip": "10.0.0.1",
+            "announce": {"mode": "bgp", "pool": "leader", "drain": 60, "bgp": bgp},
+            "election": {"vrrp": {"vrid": 1, "advert_interval": 40.95}},
+        }
+    )
+    assert routed.stop_deadline_s == pytest.approx(longest + 60 + 1 + 5)
+    assert seconds > routed.stop_deadline_s
 
 
 def test_unit_exposure_is_low() -> None:

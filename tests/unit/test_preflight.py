@@ -414,3 +414,58 @@ def test_read_host_without_pyroute2_reads_what_pyroute2_reads() -> None:
     assert sorted(light.links, key=lambda link: link.index) == sorted(
         heavy.links, key=lambda link: link.index
     )
+
+
+# -- check_host: what the findings say in each mode ---------------------------------------------
+
+ROUTED_BGP = {"local_asn": 65100, "peers": [{"address": "10.78.1.0", "asn": 65000}]}
+
+
+def routed(mode: str, pool: str = "ecmp", **extra: Any) -> Config:
+    announce: dict[str, Any] = {"mode": mode, "pool": pool}
+    if mode == "bgp":
+        announce["bgp"] = ROUTED_BGP
+    data: dict[str, Any] = {"node": "cp-1", "vip": "10.79.0.100", "announce": announce, **extra}
+    if pool == "ecmp":
+        data["health"] = None
+    return parse(data)
+
+
+def test_a_lease_sends_no_vrrp_advert_so_preflight_names_none() -> None:
+    eth0 = link("eth0", addr("10.0.0.1/24"), addr("fe80::1/64"))
+    pre = check_host(parse({"node": "cp-1", "vip": "10.0.0.100", "election": {"mode": "lease"}}),
+                     host(eth0))  # fmt: skip
+    assert not any("VRRP" in f for f in pre.findings), pre.findings
+    assert pre.source == IPv4Address("10.0.0.1")  # still the node's address on the link
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("routing-table", "10.79.0.100 is written into table 198 for this node's routing daemon"),
+        ("bgp", "vipd's BGP speaker announces 10.79.0.100 to 10.78.1.0 AS65000"),
+    ],
+)
+def test_the_ecmp_pool_names_its_routes_and_no_vrrp_nor_layer_2(mode: str, says: str) -> None:
+    # A routed uplink: a /31 to the router, no MAC worth the name, the VIP in none of its
+    # subnets; none of that is a finding when routes announce the VIP.
+    uplink = link("eth0", addr("10.78.1.1/31"), mac="00:00:00:00:00:00")
+    pre = check_host(routed(mode), host(uplink))
+    text = "\n".join(pre.findings)
+    assert "VRRP" not in text and "subnets" not in text and "link-layer" not in text, text
+    (line,) = [f for f in pre.findings if "AnyIP" in f]
+    assert says in line and "while its API server is healthy (ECMP pool)" in line
+    assert "protocol 248" in line and "no gratuitous ARP" in line
+
+
+def test_the_leader_pool_with_vrrp_names_the_adverts_and_the_holders_routes() -> None:
+    lan0 = link("lan0", addr("10.78.100.1/24"))
+    c = routed("bgp", "leader", interface="lan0", election={"vrrp": {"vrid": 51}})
+    pre = check_host(c, host(lan0))
+    assert "VRRP adverts will be sent from 10.78.100.1 on lan0" in pre.findings
+    (line,) = [f for f in pre.findings if "AnyIP" in f]
+    assert "while it holds the vrrp election" in line and "BGP speaker" in line
+    lease = routed("routing-table", "leader", interface="lan0", election={"mode": "lease"})
+    pre = check_host(lease, host(lan0))
+    assert not any("VRRP" in f for f in pre.findings), pre.findings
+    assert any("while it holds the lease election" in f for f in pre.findings)

@@ -3,8 +3,8 @@ on the interface and announces it with gratuitous ARP / unsolicited NA after an 
 ``routing-table`` writes it as a route into a kernel table that the node's routing daemon
 exports to BGP; with ``pool: ecmp`` every node decides for itself by the ECMP pool rule, with
 ``pool: leader`` the elected holder alone announces (docs/design/routed.md, `vipd.routed`);
-``bgp`` is the ECMP pool with vipd's own BGP speaker announcing it (``announce.bgp``,
-`vipd.config.bgp`) instead of the node's routing daemon.
+``bgp`` is the same with vipd's own BGP speaker announcing (``announce.bgp``,
+`vipd.config.bgp`) instead of the node's routing daemon, in either pool.
 
 What it must not do: touch routes (``vipd.routed.actuator``) or do any I/O.
 
@@ -36,8 +36,19 @@ BGP = "bgp"
 
 def _bgp_used(c: Check, prefix: str, got: Mapping[str, Any], sec: Mapping[str, Any]) -> None:
     # In another mode the section is validated and not used (like the other election mode's).
-    if got["mode"] == BGP:
-        require(c, got["bgp"])
+    if got["mode"] != BGP:
+        return
+    require(c, got["bgp"])
+    if got.get("pool") == "leader" and got["bgp"].bfd.enabled:
+        # BFD runs in the ECMP pool's backend (vipd.routed.backend); the leader pool's
+        # actuators (vipd.routed.leader) do not open it, and a setting that does nothing
+        # would let a reader believe a silent node's path leaves in BFD's time.
+        c.fail(
+            "announce.bgp.bfd.enabled",
+            "must be false with announce.pool: leader (BFD toward the routers is built for "
+            "the ecmp pool only)",
+            True,
+        )
 
 
 def _table(c: Check, key: str, value: object, _: Mapping[str, Any]) -> int:
@@ -50,18 +61,6 @@ def _table(c: Check, key: str, value: object, _: Mapping[str, Any]) -> int:
             value,
         )
     return table
-
-
-def _pool(c: Check, key: str, value: object, got: Mapping[str, Any]) -> str:
-    pool = c.choice(key, value, ("ecmp", "leader"))
-    if pool == "leader" and got.get("mode") == BGP:
-        c.fail(
-            key,
-            "leader is built for announce.mode: routing-table only (bgp mode announces by the "
-            "ECMP pool rule); use ecmp",
-            value,
-        )
-    return pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +78,10 @@ class Announce:
     protocol: int = field(default=248, metadata=spec(lambda c, k, v, _: c.integer(k, v, 5, 255)))
     # seconds between the announcement's withdrawal and the binding's removal
     drain: float = field(default=2.0, metadata=spec(seconds(0, 60)))
-    pool: Literal["ecmp", "leader"] = field(default="ecmp", metadata=spec(_pool, needs=("mode",)))
-    bgp: Bgp = field(default=Bgp(), metadata=spec(section=Bgp, needs=("mode",), then=_bgp_used))
+    pool: Literal["ecmp", "leader"] = field(default="ecmp", metadata=spec(choice("ecmp", "leader")))
+    bgp: Bgp = field(
+        default=Bgp(), metadata=spec(section=Bgp, needs=("mode", "pool"), then=_bgp_used)
+    )
 
     @property
     def routed(self) -> bool:
@@ -94,6 +95,6 @@ class Announce:
 
     @property
     def ecmp(self) -> bool:
-        """The ECMP pool (routing-table's default, bgp's only): every node decides, nothing
+        """The ECMP pool (the default of both routed modes): every node decides, nothing
         is elected."""
         return self.routed and self.pool == "ecmp"

@@ -54,7 +54,7 @@ from vipd.track import Adjustment
 if TYPE_CHECKING:
     from vipd.routed.bgp_bfd import BfdRoutes, BgpBfd
 
-__all__ = ["RESYNC", "RoutedElection", "Routes"]
+__all__ = ["RESYNC", "RoutedElection", "Routes", "open_routes"]
 
 RESYNC = 10.0  # seconds between converges with nothing changed: someone deleted a route
 RETRY = 1.0  # seconds before another try after a refused route request
@@ -72,7 +72,9 @@ class Routes(Protocol):
     def close(self) -> None: ...
 
 
-def _open_routes(cfg: Config, pre: Preflight) -> Routes:
+def open_routes(cfg: Config, pre: Preflight) -> Routes:
+    """The kernel's routes (`RouteActuator`); in bgp mode with the speaker started and
+    driving the announcements (`BgpRoutes`). Also the leader pool's (`vipd.routed.leader`)."""
     from vipd.routed.actuator import RouteActuator
 
     actuator = RouteActuator(cfg.announce.table, cfg.announce.protocol)
@@ -90,6 +92,9 @@ def _open_routes(cfg: Config, pre: Preflight) -> Routes:
         actuator.close()
         raise
     return routes
+
+
+_open_default = open_routes  # RoutedElection's parameter of the same name hides it
 
 
 def speaker_config(cfg: Config, pre: Preflight) -> SpeakerConfig:
@@ -135,7 +140,7 @@ class RoutedElection:
         self.cfg = cfg
         self.pre = pre
         self.clock = clock
-        self._open_routes = open_routes or (lambda c: _open_routes(c, self.pre))
+        self._open_routes = open_routes or (lambda c: _open_default(c, self.pre))
         self.log = vlog.get()
         self.routes: Routes | None = None
         self.bfd: BgpBfd | None = None

@@ -1,6 +1,7 @@
 """bgp mode's routes: the AnyIP bindings in the kernel, the announcements by vipd's own BGP
-speaker. `BgpRoutes` is what `vipd.routed.backend.RoutedElection` drives in
-``announce.mode: bgp``, through the same `Routes` port as routing-table mode's actuator.
+speaker. `BgpRoutes` is what `vipd.routed.backend.RoutedElection` (the ECMP pool) and
+`vipd.routed.leader.RouteAddress` (the leader pool) drive in ``announce.mode: bgp``, through
+the same `Routes` port as routing-table mode's actuator.
 
 What it is
     ``converge(desired)`` takes the same phases (`vipd.routed.plan.Phase`) and keeps the same
@@ -59,9 +60,13 @@ class BgpRoutes:
         self._lock = threading.RLock()
 
     def observe(self) -> Observed:
-        """The kernel's bindings (a restart keeps a predecessor's for the drain); the
-        announcements are the speaker's, and a killed predecessor's speaker took its own."""
-        return self.actuator.observe()
+        """The kernel's bindings (a restart keeps a predecessor's for the drain), and as
+        the announcements what the speaker was told (``told``: a killed predecessor's
+        speaker took its own with it). The leader pool (`vipd.routed.leader`) reads the
+        announcement here to know that a withdrawal needs its drain."""
+        bound = self.actuator.observe().bound
+        with self._lock:
+            return Observed(frozenset(self.told), bound)
 
     def converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]:
         # The kernel holds the bindings only: ANNOUNCED is DRAINING there (binding, no route).

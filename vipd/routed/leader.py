@@ -1,4 +1,4 @@
-"""``announce.pool: leader``: routing-table mode where only the elected holder announces.
+"""``announce.pool: leader``: routing-table or bgp mode where only the elected holder announces.
 
 What it is
     The actuators the controller drives in this mode (`vipd.instance.MakeActuators`'s
@@ -6,9 +6,10 @@ What it is
     "address" step) and an inert announcer (no gratuitous ARP: the router learns the VIP
     from BGP). The election is the configured one, VRRP or a Lease (`vipd.agent`), as in
     ``announce.mode: arp``; where ARP mode binds the VIP on the interface, this mode writes
-    the VIP's two routes (`vipd.routed.plan`: the AnyIP binding, then the announcement in
-    ``announce.table`` that the node's routing daemon exports). So the router has one path,
-    to the holder, and it moves with the election:
+    the VIP's two routes (`vipd.routed.plan`: the AnyIP binding, then the announcement: in
+    ``announce.table`` for the node's routing daemon to export, or, in bgp mode, told to
+    vipd's own speaker, `vipd.routed.bgp.BgpRoutes`). So the router has one path, to the
+    holder, and it moves with the election:
 
     - ``add()`` (this node became the holder): ANNOUNCED (binding, then announcement);
     - ``remove()`` (it lost the election, or stops): DRAINING at once (the announcement
@@ -23,6 +24,13 @@ What it is
     event loop of its own and must not be called on the agent's. The first job converges
     to what is wanted then, so a restart removes the routes a killed predecessor left
     unless this node holds the VIP again by then.
+
+    Every VIP's `RouteAddress` goes through one `SharedRoutes`: one set of routes (in bgp
+    mode one speaker, whose sessions are up on every node, holder or not, so a new holder
+    announces over an established session), and each VIP's converge keeps the other VIPs'
+    phases (a VIP of each family, each with its own VRRP instance, may be held apart). The
+    routes open on the first job and close with the last `RouteAddress` (bgp mode: the
+    speaker stops gracefully, its sessions closed with a Cease after the withdrawals).
 
 What it must not do: decide who announces (the election does), or touch routes that are not
 vipd's protocol (`vipd.routed.actuator`).
@@ -43,9 +51,10 @@ from vipd import log as vlog
 from vipd import metrics
 from vipd.config import Config
 from vipd.election import VipLink
+from vipd.preflight import Preflight
 from vipd.routed.plan import Observed, Op, Phase, host_network
 
-__all__ = ["RouteAddress", "leader_actuators"]
+__all__ = ["RouteAddress", "SharedRoutes", "leader_actuators"]
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -56,10 +65,70 @@ class _Routes(Protocol):
     def close(self) -> None: ...
 
 
-def _open(cfg: Config) -> _Routes:
-    from vipd.routed.actuator import RouteActuator
+def _open(cfg: Config, pre: Preflight) -> _Routes:
+    # The ECMP pool's opener: the kernel's routes, and in bgp mode the speaker started.
+    from vipd.routed.backend import open_routes
 
-    return RouteActuator(cfg.announce.table, cfg.announce.protocol)
+    return open_routes(cfg, pre)
+
+
+class SharedRoutes:
+    """One set of routes for every VIP's `RouteAddress`; `view(vip)` is one VIP's share."""
+
+    def __init__(self, open_routes: Callable[[], _Routes]) -> None:
+        self._open_routes = open_routes
+        self._routes: _Routes | None = None
+        self._wanted: dict[IPAddress, Phase] = {}
+        self._users = 0
+        self._lock = threading.Lock()
+
+    def view(self, vip: IPAddress) -> _VipRoutes:
+        with self._lock:
+            self._users += 1
+        return _VipRoutes(self, vip)
+
+    def _get(self) -> _Routes:
+        if self._routes is None:
+            self._routes = self._open_routes()
+        return self._routes
+
+    def observe(self) -> Observed:
+        with self._lock:
+            return self._get().observe()
+
+    def converge(self, vip: IPAddress, phase: Phase) -> list[Op]:
+        with self._lock:
+            self._wanted[vip] = phase
+            wanted = {v: p for v, p in self._wanted.items() if p is not Phase.WITHDRAWN}
+            return self._get().converge(wanted)
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0 or self._routes is None:
+                return
+            routes, self._routes = self._routes, None
+        routes.close()
+
+
+class _VipRoutes:
+    """`SharedRoutes` as one VIP's `_Routes`: its converge sets that VIP's phase alone."""
+
+    def __init__(self, shared: SharedRoutes, vip: IPAddress) -> None:
+        self._shared = shared
+        self._vip = vip
+        self._closed = False
+
+    def observe(self) -> Observed:
+        return self._shared.observe()
+
+    def converge(self, desired: Mapping[IPAddress, Phase]) -> list[Op]:
+        return self._shared.converge(self._vip, desired.get(self._vip, Phase.WITHDRAWN))
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._shared.release()
 
 
 class RouteAddress:
@@ -156,7 +225,7 @@ class RouteAddress:
 
 
 class _NoAnnouncer:
-    """No gratuitous ARP in routing-table mode: the router has no L2 neighbour to tell."""
+    """No gratuitous ARP in the routed modes: the router has no L2 neighbour to tell."""
 
     def burst(self, loop: asyncio.AbstractEventLoop, repeat: int, interval: float) -> bool:
         return True
@@ -173,13 +242,17 @@ class _NoAnnouncer:
 
 def leader_actuators(
     cfg: Config,
-    open_routes: Callable[[Config], _Routes] = _open,
+    pre: Preflight,
+    open_routes: Callable[[Config, Preflight], _Routes] = _open,
 ) -> Callable[[VipLink, IPAddress, Callable[[int], None]], tuple[RouteAddress, _NoAnnouncer]]:
-    """The agent's actuator factory for ``announce.pool: leader``."""
+    """The agent's actuator factory for ``announce.pool: leader``: every VIP it makes
+    shares one `SharedRoutes` (``pre`` gives bgp mode's default router id)."""
+    shared = SharedRoutes(lambda: open_routes(cfg, pre))
 
     def make(
         link: VipLink, vip: IPAddress, on_sent: Callable[[int], None]
     ) -> tuple[RouteAddress, _NoAnnouncer]:
-        return RouteAddress(vip, cfg.announce.drain, lambda: open_routes(cfg)), _NoAnnouncer()
+        view = shared.view(vip)
+        return RouteAddress(vip, cfg.announce.drain, lambda: view), _NoAnnouncer()
 
     return make

@@ -5,8 +5,9 @@ config and compares the objects, so a change on one side without the other fails
 */}}
 
 {{/* The config the pods read from the ConfigMap: vipd's keys as given, without `node` (each pod
-takes its node's name) and without election.lease.kubeconfig or ipvs.discovery.kubeconfig (the
-DaemonSet uses its ServiceAccount). */}}
+takes its node's name), without election.lease.kubeconfig or ipvs.discovery.kubeconfig (the
+DaemonSet uses its ServiceAccount), and without `election` in the routed modes' ECMP pool
+(nothing is elected there; vipd refuses the section). */}}
 {{- define "vipd.config" -}}
 {{- $v := .Values -}}
 {{- $cfg := dict -}}
@@ -16,8 +17,8 @@ DaemonSet uses its ServiceAccount). */}}
 {{- $election := dict "mode" (default "vrrp" $v.election.mode) -}}
 {{- if not (kindIs "invalid" $v.election.vrrp) }}{{ $_ := set $election "vrrp" $v.election.vrrp }}{{ end -}}
 {{- if not (kindIs "invalid" $v.election.lease) }}{{ $_ := set $election "lease" (omit $v.election.lease "kubeconfig") }}{{ end -}}
-{{- $_ := set $cfg "election" $election -}}
-{{- range $key := list "garp" "log" "health" "ipvs" "metrics" }}
+{{- if ne (include "vipd.routedPool" .) "ecmp" }}{{ $_ := set $cfg "election" $election }}{{ end -}}
+{{- range $key := list "announce" "garp" "log" "health" "ipvs" "metrics" }}
 {{- if not (kindIs "invalid" (index $v $key)) }}{{ $_ := set $cfg $key (index $v $key) }}{{ end }}
 {{- end -}}
 {{- if not (kindIs "invalid" $v.membership) }}
@@ -30,6 +31,27 @@ DaemonSet uses its ServiceAccount). */}}
 {{- $_ := set $cfg "ipvs" $ipvs -}}
 {{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The routed modes (announce.mode routing-table or bgp): their pool, "ecmp" or "leader";
+empty in arp mode. */}}
+{{- define "vipd.routedPool" -}}
+{{- $a := default dict .Values.announce -}}
+{{- if has (default "arp" $a.mode) (list "routing-table" "bgp") }}{{ default "ecmp" $a.pool }}{{ end -}}
+{{- end -}}
+
+{{/* bgp mode: vipd's own BGP speaker (ExaBGP, a child process in the pod). */}}
+{{- define "vipd.speaker" -}}
+{{- $a := default dict .Values.announce -}}
+{{- if eq (default "arp" $a.mode) "bgp" }}true{{ end -}}
+{{- end -}}
+
+{{/* CAP_NET_RAW is needed: VRRP, gratuitous ARP, the Lease's ARP watch, BFD bound to the
+uplink; not in the routed modes' ECMP pool without BFD (netlink alone: CAP_NET_ADMIN). */}}
+{{- define "vipd.rawSockets" -}}
+{{- $a := default dict .Values.announce -}}
+{{- $bfd := default dict (default dict $a.bgp).bfd -}}
+{{- if or (ne (include "vipd.routedPool" .) "ecmp") (and (include "vipd.speaker" .) $bfd.enabled) }}true{{ end -}}
 {{- end -}}
 
 {{- define "vipd.leaseMode" -}}
@@ -118,10 +140,15 @@ app.kubernetes.io/component: daemonset
 {{/* terminationGracePeriodSeconds: vipd's longest graceful stop plus a margin of 10 s, at
 least Kubernetes' default 30 s. VRRP: the make-before-break wait, Skew_Time at priority 1
 (RFC 9568 §6.1; v2: RFC 3768 §6.1), truncated to microseconds, plus one advert interval.
-Lease: the release within the renew deadline, then one retry period for the next holder. */}}
+Lease: the release within the renew deadline, then one retry period for the next holder.
+The routed modes: nothing elected in the ECMP pool; then announce.drain and a second for the
+route calls; bgp mode: ExaBGP's graceful exit, 5 s. */}}
 {{- define "vipd.gracePeriod" -}}
 {{- $stop := 0.0 -}}
-{{- if include "vipd.leaseMode" . -}}
+{{- $pool := include "vipd.routedPool" . -}}
+{{- $a := default dict .Values.announce -}}
+{{- if eq $pool "ecmp" -}}
+{{- else if include "vipd.leaseMode" . -}}
 {{- $lease := default dict .Values.election.lease -}}
 {{- $stop = addf (default 10 $lease.renew_deadline) (default 2 $lease.retry_period) -}}
 {{- else -}}
@@ -134,6 +161,12 @@ Lease: the release within the renew deadline, then one retry period for the next
 {{- end -}}
 {{- $stop = addf (divf $skewUs 1000000) $interval -}}
 {{- end -}}
+{{- if $pool -}}
+{{- $drain := 2.0 -}}
+{{- if not (kindIs "invalid" $a.drain) }}{{ $drain = float64 $a.drain }}{{ end -}}
+{{- $stop = addf $stop $drain 1.0 -}}
+{{- end -}}
+{{- if include "vipd.speaker" . }}{{ $stop = addf $stop 5.0 }}{{ end -}}
 {{- max 30 (add (int (ceil $stop)) 10) -}}
 {{- end -}}
 
@@ -157,19 +190,27 @@ allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
-  {{- if . }}
+  {{- if eq . "raw" }}
   add: [NET_ADMIN, NET_RAW]
+  {{- else if eq . "admin" }}
+  add: [NET_ADMIN]
   {{- end }}
 {{- end -}}
 
 {{/* The files the config names on the node, space-separated: health.ca_file, then
-metrics.cert_file, metrics.key_file and metrics.client_ca_file. */}}
+metrics.cert_file, metrics.key_file and metrics.client_ca_file, then bgp mode's
+announce.bgp.peers[].password_file. */}}
 {{- define "vipd.hostFiles" -}}
 {{- $files := list -}}
 {{- if and .Values.health .Values.health.ca_file }}{{ $files = append $files .Values.health.ca_file }}{{ end -}}
 {{- $m := default dict .Values.metrics -}}
 {{- range $key := list "cert_file" "key_file" "client_ca_file" }}
 {{- if index $m $key }}{{ $files = append $files (index $m $key) }}{{ end }}
+{{- end -}}
+{{- if include "vipd.speaker" . }}
+{{- range (default list (default dict (default dict .Values.announce).bgp).peers) }}
+{{- if .password_file }}{{ $files = append $files .password_file }}{{ end }}
+{{- end }}
 {{- end -}}
 {{- join " " $files -}}
 {{- end -}}

@@ -14,7 +14,8 @@ identity from ``spec.nodeName`` through the downward API (``NODE_NAME``).
 
 What the objects guarantee (asserted in tests/unit/test_manifest.py):
 
-- both pods: ``hostNetwork``, capabilities NET_ADMIN and NET_RAW only (drop ALL), no
+- both pods: ``hostNetwork``, capabilities NET_ADMIN and NET_RAW only (drop ALL; NET_ADMIN
+  alone in the routed modes' ECMP pool without BFD, where no raw socket is opened), no
   privilege escalation, a read-only root filesystem, the runtime's default seccomp profile,
   a memory request and limit (no CPU limit), priority class system-node-critical,
   liveness on ``/healthz`` and readiness on ``/readyz`` of vipd's own endpoint (the
@@ -41,6 +42,11 @@ What the objects guarantee (asserted in tests/unit/test_manifest.py):
 - Membership (a ``*_from`` key, ``vipd.membership``): the same kubeconfig or ServiceAccount;
   list and watch of EndpointSlices in default and/or of Nodes (a ClusterRole: Nodes are
   cluster-scoped).
+- bgp mode (``announce.mode: bgp``): every ``announce.bgp.peers[].password_file`` mounted
+  read-only from the node like the other files the config names; the memory request of the
+  API modes (ExaBGP and its relay run in the pod's cgroup); a grace period that also covers
+  the drain and ExaBGP's graceful exit. ExaBGP gets no capability and needs no writable
+  path but its runtime directory in the pod's ``/tmp``.
 
 Names: every object is named after ``Options.name`` (``--name``, default ``vipd``): the static
 pod (and so its mirror pods, ``<name>-<node>``), its file (``/etc/kubernetes/manifests/

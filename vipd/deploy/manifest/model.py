@@ -49,6 +49,9 @@ CPU_REQUEST = "100m"
 # failover.
 MEMORY_REQUEST = "64Mi"
 MEMORY_REQUEST_API = "128Mi"
+# bgp mode: ExaBGP and its relay run in the container's cgroup beside vipd (30 MB and 12 MB
+# RSS, docs/design/routed.md), so vipd's 29 MiB becomes about 71 MiB: the API request.
+MEMORY_REQUEST_BGP = MEMORY_REQUEST_API
 MEMORY_LIMIT = "256Mi"
 # The config as a file, never in the environment (which every child process and every dump
 # of the pod's environment would carry): the DaemonSet's from a ConfigMap, the static pod's
@@ -61,6 +64,9 @@ CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 # Added to vipd's own stop deadline for the grace period: Python's exit, the kubelet's
 # bookkeeping. Kubernetes' default grace period (30 s) is the floor.
 GRACE_MARGIN_S = 10
+# bgp mode: how long vipd waits for ExaBGP to close its sessions (vipd.routed.exabgp.GRACE;
+# a test keeps the two equal: this module does not import the driver)
+SPEAKER_GRACE_S = 5.0
 MIN_GRACE_S = 30
 
 
@@ -130,6 +136,11 @@ class Plan:
     membership: tuple[str, ...] = ()
     metrics_auth: bool = False  # metrics.auth: token (TokenReview, SubjectAccessReview)
     metrics_tls: bool = False  # metrics.cert_file: the endpoint (and so the probes) is HTTPS
+    # CAP_NET_RAW: VRRP's raw socket, gratuitous ARP and the Lease's ARP watch (packet
+    # sockets), BFD's SO_BINDTODEVICE; not in the routed modes' ECMP pool without BFD, where
+    # nothing is elected and only netlink (CAP_NET_ADMIN: the AnyIP binding, table 198) is used
+    raw_sockets: bool = True
+    speaker: bool = False  # announce.mode: bgp: ExaBGP runs as vipd's child, in the pod
 
     @property
     def uses_api(self) -> bool:
@@ -186,12 +197,24 @@ def plan(data: object) -> Plan:
             for f in (cfg.metrics.cert_file, cfg.metrics.key_file, cfg.metrics.client_ca_file)
             if f is not None
         )
-        + _auth_key_files(cfg),
+        + _auth_key_files(cfg)
+        + _bgp_password_files(cfg),
         discovery=cfg.ipvs.enabled and cfg.ipvs.discovery.enabled,
         membership=_membership_sources(cfg),
         metrics_auth=cfg.metrics.auth == "token",
         metrics_tls=cfg.metrics.cert_file is not None,
+        raw_sockets=not cfg.announce.ecmp
+        or (cfg.announce.speaker and cfg.announce.bgp.bfd.enabled),
+        speaker=cfg.announce.speaker,
     )
+
+
+def _bgp_password_files(cfg: config.Config) -> tuple[str, ...]:
+    """announce.bgp's TCP MD5 password files (bgp mode): read in the pod from the node (root,
+    0600) at start and passed to ExaBGP through its private runtime directory."""
+    if not cfg.announce.speaker:
+        return ()
+    return tuple(p.password_file for p in cfg.announce.bgp.peers if p.password_file is not None)
 
 
 def _auth_key_files(cfg: config.Config) -> tuple[str, ...]:
@@ -214,18 +237,24 @@ def _split_listen(listen: str) -> tuple[str, int]:
 def _stop_deadline(cfg: config.Config) -> float:
     """vipd's longest graceful stop. VRRP: the make-before-break wait of the VRRP backend
     (``vipd.vrrp.driver``). Lease: the release (one request, bounded by the renew deadline)
-    and then at most one retry period waiting for the next holder. Then the stop hooks
-    (``notify.stop`` and ``notify.all``), each bounded by ``notify.timeout``."""
+    and then at most one retry period waiting for the next holder. The routed modes: the
+    withdrawal (the announcement off, the drain, the binding off: vipd.routed.backend, or
+    vipd.routed.leader after the election's own stop with ``pool: leader``), a second for the
+    route calls around it and, in bgp mode, ExaBGP's graceful exit (`exabgp.GRACE`). Then the
+    stop hooks (``notify.stop`` and ``notify.all``), each bounded by ``notify.timeout``."""
     lease = cfg.election.lease
-    if cfg.announce.mode == "routing-table":
-        # The withdrawal: the route off, the drain, the binding off (vipd.routed.backend),
-        # and a second for the route calls around it.
-        election = cfg.announce.drain + 1.0
+    election = 0.0
+    if cfg.announce.ecmp:
+        pass  # nothing elected
     elif cfg.election.mode == "lease" and lease is not None:
         election = float(lease.renew_deadline + lease.retry_period)
     else:
         v = cfg.election.vrrp
         election = float(state.skew_time(v.version, 1, v.advert_interval_cs) + v.advert_interval)
+    if cfg.announce.routed:
+        election += cfg.announce.drain + 1.0
+    if cfg.announce.speaker:
+        election += SPEAKER_GRACE_S
     hooks = sum(1 for c in (cfg.notify.stop, cfg.notify.all) if c)
     return election + hooks * cfg.notify.timeout
 

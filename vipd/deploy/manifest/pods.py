@@ -29,6 +29,7 @@ from vipd.deploy.manifest.model import (
     MEMORY_LIMIT,
     MEMORY_REQUEST,
     MEMORY_REQUEST_API,
+    MEMORY_REQUEST_BGP,
     NAME,
     SUPER_ADMIN_CONF,
     Options,
@@ -44,17 +45,19 @@ from vipd.deploy.manifest.model import (
 POD_SECURITY_CONTEXT: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def _security_context(caps: bool) -> dict[str, Any]:
+def _security_context(caps: bool, raw_sockets: bool = True) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
     }
     if caps:
-        # Raw sockets (VRRP, gratuitous ARP) and netlink (the VIP): nothing else. The
-        # process runs as root inside the container so that these two land in its
-        # effective set; every other capability is dropped.
-        ctx["capabilities"]["add"] = ["NET_ADMIN", "NET_RAW"]
+        # Netlink (the VIP, or the routed modes' routes) and raw sockets (VRRP, gratuitous
+        # ARP, Lease's ARP watch, BFD bound to the uplink): nothing else, and NET_RAW only
+        # where one of those runs (`Plan.raw_sockets`). The process runs as root inside the
+        # container so that these land in its effective set; every other capability is
+        # dropped. bgp mode's ExaBGP child runs with none (vipd.routed.exabgp).
+        ctx["capabilities"]["add"] = ["NET_ADMIN", "NET_RAW"] if raw_sockets else ["NET_ADMIN"]
     return ctx
 
 
@@ -107,11 +110,11 @@ def _vipd_container(
         "resources": {
             "requests": {
                 "cpu": CPU_REQUEST,
-                "memory": MEMORY_REQUEST_API if p.uses_api else MEMORY_REQUEST,
+                "memory": _memory_request(p),
             },
             "limits": {"memory": MEMORY_LIMIT},
         },
-        "securityContext": _security_context(caps=True),
+        "securityContext": _security_context(caps=True, raw_sockets=p.raw_sockets),
     }
     # The root filesystem is read-only; the Kubernetes client writes a kubeconfig's embedded
     # certificates to temporary files, so /tmp is a small memory-backed volume.
@@ -127,6 +130,12 @@ def _vipd_container(
         mounts.append({"name": "kubeconfig", "mountPath": KUBECONFIG_IN_POD, "readOnly": True})
     container["volumeMounts"] = mounts
     return container
+
+
+def _memory_request(p: Plan) -> str:
+    if p.uses_api:
+        return MEMORY_REQUEST_API
+    return MEMORY_REQUEST_BGP if p.speaker else MEMORY_REQUEST
 
 
 TMP_VOLUME: dict[str, Any] = {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}
