@@ -307,7 +307,7 @@ ROUTED_WITHDRAWALS = Counter(
     registry=REGISTRY,
 )
 
-ROUTED_WITHDRAW_REASONS = ("unhealthy", "stop")
+ROUTED_WITHDRAW_REASONS = ("unhealthy", "stop", "leader")
 
 # -- bgp mode's speaker (vipd.routed.bgp, vipd.routed.exabgp) -------------------------------
 
