@@ -98,7 +98,7 @@ def test_the_probe_loop_never_hands_epoll_a_fraction_of_a_millisecond(
     monkeypatch.setattr(time, "sleep", sleep)
     out = io.StringIO()
     # Port 9 on loopback: nothing listens, every connect is refused at once.
-    prober.probe("127.0.0.1", 9, 0.0005, 0.05, duration=0.05, watch_stdin=False, out=out)
+    prober.probe("127.0.0.1", 9, 0.0005, 0.05, duration=0.2, watch_stdin=False, out=out)
     assert timeouts and all(
         t is not None and t * 1000.0 == pytest.approx(round(t * 1000.0)) for t in timeouts
     )
