@@ -113,9 +113,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                 f"{', '.join(map(str, h.peers)) or 'none (a lone node announces at once)'}"
             )
         who = "every node whose API server is healthy" if a.ecmp else "the elected holder"
+        table = "" if a.speaker else f"table {a.table} protocol {a.protocol} "  # bgp: none
         print(
-            f"  {a.mode} mode: table {a.table} protocol {a.protocol} drain {a.drain:g}s "
-            f"pool {a.pool} ({who} announces); {health}"
+            f"  {a.mode} mode: {table}drain {a.drain:g}s pool {a.pool} ({who} announces); {health}"
         )
         if a.speaker:
             b = a.bgp

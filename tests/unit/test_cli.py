@@ -253,4 +253,5 @@ def test_check_in_the_ecmp_pool_prints_the_routes_not_vrrp(
     out = capsys.readouterr().out
     assert "VRRP" not in out, out
     assert "bgp mode: AS65100" in out
+    assert "table 198" not in out, out  # the speaker announces: no kernel table involved
     assert "preflight: vipd's BGP speaker announces 10.79.0.100 to 10.78.1.0 AS65000" in out
