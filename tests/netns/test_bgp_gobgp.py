@@ -290,6 +290,8 @@ def healthy(fabric: GoBgpFabric) -> GoBgpFabric:
         raise
     print(f"\nthree paths in gobgpd's RIB after {took:.2f} s")
     print("\n".join(["gobgpd since the last test:", *fabric.gobgp.events()]))
+    bfd = [ln for ln in fabric.log(BFD_NODE).splitlines() if "bfd:" in ln]
+    print("\n".join([f"{BFD_NODE}'s last BFD changes:", *bfd[-4:]]))
     return fabric
 
 
