@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -65,7 +66,9 @@ def gobgp_bin() -> Path:
     """The directory with gobgpd and gobgp: ``$VIPD_GOBGP_BIN`` (scripts/test exports it),
     else the newest build under /var/cache/vipd-gobgp."""
     given = os.environ.get("VIPD_GOBGP_BIN")
-    candidates = [Path(given)] if given else sorted(GOBGP_CACHE.glob("gobgp-v*"), reverse=True)
+    builds = GOBGP_CACHE.glob("gobgp-v*")
+    newest = sorted(builds, key=lambda p: [int(n) for n in re.findall(r"\d+", p.name)])[::-1]
+    candidates = [Path(given)] if given else newest
     for cand in candidates:
         if (cand / "gobgpd").is_file() and (cand / "gobgp").is_file():
             return cand
