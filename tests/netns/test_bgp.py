@@ -153,6 +153,11 @@ def test_sigterm_withdraws_the_route_first_and_blackholes_nothing(healthy: BgpFa
     assert black_holed(results) == [], black_holed(results)[:5]
     assert healthy.vip_routes("n2") == "", "vipd left a route behind"
     assert "10.78.2.1" not in healthy.bed.sessions_up(), "the session outlived vipd"
+    # The session ended with a NOTIFICATION Cease, Administrative Shutdown (6, 2), not a bare
+    # TCP close (FRR's words for that would be "Peer closed the session").
+    peer = healthy.bed.show(healthy.bed.router, "show bgp neighbors 10.78.2.1 json")["10.78.2.1"]
+    why = f"{peer.get('lastResetDueTo')} / {peer.get('lastNotificationReason')}"
+    assert "Administrative Shutdown" in why, why
     assert not healthy.exabgp_running("n2"), "ExaBGP outlived vipd"
     assert proc.returncode == 0, healthy.log("n2")[-2000:]
 

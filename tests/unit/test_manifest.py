@@ -661,7 +661,7 @@ def test_bgp_mode_mounts_the_password_files_and_asks_only_what_the_code_needs() 
 def test_speaker_grace_in_the_manifests_is_the_drivers() -> None:
     from vipd.routed import exabgp
 
-    assert exabgp.GRACE == SPEAKER_GRACE_S
+    assert exabgp.TEARDOWN_WAIT + exabgp.GRACE == SPEAKER_GRACE_S
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ def test_unit_stop_timeout_outlasts_vipds_longest_graceful_stop() -> None:
             "election": {"vrrp": {"vrid": 1, "advert_interval": 40.95}},
         }
     )
-    assert routed.stop_deadline_s == pytest.approx(longest + 60 + 1 + 5)
+    assert routed.stop_deadline_s == pytest.approx(longest + 60 + 1 + 6)
     assert seconds > routed.stop_deadline_s
 
 

@@ -25,10 +25,14 @@ What it is
       already gone failed on a KeyError and the process stayed up with the session (seen on
       the bed of tests/netns/test_bgp.py).
     - The child keeps vipd's user and has no capability at all (`_ChildSetup`).
-    - ``stop(graceful=True)``: SIGTERM; ExaBGP sends each peer a NOTIFICATION Cease (RFC 4271
-      §6.7), closes the sessions and exits; waited for `GRACE` seconds, then SIGKILL.
-      The router drops every route of a session on that NOTIFICATION, so once the child has
-      exited the router has no route from this node, whatever UPDATE was still queued.
+    - ``stop(graceful=True)``: each established session closed through the API with a
+      NOTIFICATION Cease, Administrative Shutdown (RFC 4271 §6.7, RFC 4486 §4; ``neighbor P
+      teardown 2``), waited for up to `TEARDOWN_WAIT` seconds to report down; then SIGTERM,
+      waited for `GRACE` seconds, then SIGKILL. The Cease is sent by vipd because ExaBGP
+      5.0.15 on SIGTERM closes its TCP sessions without one (a FIN after the last UPDATE,
+      seen with tcpdump against FRR 8.4 and GoBGP 4.8.0). The router drops every route of a
+      session on that NOTIFICATION, so once the child has exited the router has no route
+      from this node, whatever UPDATE was still queued.
 
 What it must not do: decide what to announce, block the event loop (every method returns at
 once but ``stop``, which the backend calls in a worker thread), log or expose a password, or
@@ -72,6 +76,7 @@ STUCK_AFTER = 10.0  # seconds a command may stay unanswered before the child is 
 # ExaBGP exit by itself and only a hung start waits this long
 CONNECT_WAIT = 60.0
 GRACE = 5.0  # seconds for ExaBGP to close its sessions and exit on SIGTERM
+TEARDOWN_WAIT = 1.0  # seconds for the sessions to report down after a stop's Cease
 PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -213,6 +218,8 @@ class ExaBgpSpeaker:
     def stop(self, graceful: bool) -> None:
         self._stop.set()
         proc = self._proc
+        if graceful and proc is not None and proc.poll() is None:
+            self._cease_all()
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
@@ -228,6 +235,22 @@ class ExaBgpSpeaker:
             self._listener.close()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _cease_all(self) -> None:
+        """Every established session closed with a Cease (6, 2) through the API; returns
+        once ExaBGP reports them down, or after `TEARDOWN_WAIT` (a lost answer must not
+        hold the stop: the SIGTERM that follows closes the sessions anyway)."""
+        with self._lock:
+            peers = [peer for peer, up in self._up.items() if up]
+            for peer in peers:
+                self._send(codec.teardown(peer))
+        deadline = time.monotonic() + TEARDOWN_WAIT  # real time: this waits on the child
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not any(self._up.get(peer) for peer in peers):
+                    return
+            time.sleep(0.02)
+        self.log.warning("exabgp: sessions not down %.0f s after the Cease", TEARDOWN_WAIT)
 
     # -- the supervisor thread ---------------------------------------------------------
 

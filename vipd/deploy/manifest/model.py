@@ -64,9 +64,10 @@ CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 # Added to vipd's own stop deadline for the grace period: Python's exit, the kubelet's
 # bookkeeping. Kubernetes' default grace period (30 s) is the floor.
 GRACE_MARGIN_S = 10
-# bgp mode: how long vipd waits for ExaBGP to close its sessions (vipd.routed.exabgp.GRACE;
-# a test keeps the two equal: this module does not import the driver)
-SPEAKER_GRACE_S = 5.0
+# bgp mode: how long vipd waits for ExaBGP to close its sessions (vipd.routed.exabgp's
+# TEARDOWN_WAIT for the Cease, then GRACE for its exit; a test keeps them equal: this module
+# does not import the driver)
+SPEAKER_GRACE_S = 6.0
 MIN_GRACE_S = 30
 
 
@@ -240,8 +241,8 @@ def _stop_deadline(cfg: config.Config) -> float:
     and then at most one retry period waiting for the next holder. The routed modes: the
     withdrawal (the announcement off, the drain, the binding off: vipd.routed.backend, or
     vipd.routed.leader after the election's own stop with ``pool: leader``), a second for the
-    route calls around it and, in bgp mode, ExaBGP's graceful exit (`exabgp.GRACE`). Then the
-    stop hooks (``notify.stop`` and ``notify.all``), each bounded by ``notify.timeout``."""
+    route calls around it and, in bgp mode, the Cease and ExaBGP's exit (`SPEAKER_GRACE_S`).
+    Then the stop hooks (``notify.stop`` and ``notify.all``), each bounded by ``notify.timeout``."""
     lease = cfg.election.lease
     election = 0.0
     if cfg.announce.ecmp:
