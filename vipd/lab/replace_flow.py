@@ -25,9 +25,11 @@ kubectl's ``/readyz`` through the VIP); on top: ``/readyz`` through the VIP answ
 once in every step, and at the end the three new machines are the Nodes, the etcd members and
 the VIP's holder, the old ones gone from all three.
 
-VRRP unicast: the peers of each vipd are its config's; a run where they follow the cluster's
-membership passes ``on_members`` (called with the members after each join and removal) to
-re-render them. Multicast and Lease need nothing there.
+VRRP unicast (``KubeletBed(unicast=True)``, ``vipd lab --kubeadm --replace --unicast``): n1..n3
+are every vipd's static start set and the new machines come from the cluster
+(``election.vrrp.unicast_peers_from``), so nothing is re-rendered; ``on_members`` (called with
+the members after each join and removal) is for a run that sets the peers itself. Multicast
+and Lease need nothing there.
 
 What it must not do: judge otherwise than the adopt steps are judged (``Step.problems``), or
 remove an old machine before its successor's vipd pod is ready.
