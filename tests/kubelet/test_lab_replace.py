@@ -12,8 +12,9 @@ overlap).
 
 VRRP unicast with the peers following the cluster (``--unicast``: n1..n3 the static start set,
 ``election.vrrp.unicast_peers_from: [endpointslices, nodes]``), the mode membership exists
-for: n4..n6 are in no config, so one holder at the end, with n1..n3 gone, means each new
-machine's vipd and the others read one another from the cluster. The one mode in the suite
+for: n4..n6 are in no config, and at the end each of their vipds says (``/metrics``:
+``vipd_membership_peers``, ``vipd_membership_held``) it follows the static three and the two
+other new machines, read from the cluster, and is not held out. The one mode in the suite
 (a run takes 6-7 minutes on the 2-core machine); VRRP multicast and Lease run in the lab
 only (docs/testing.md).
 """
@@ -77,6 +78,8 @@ def test_vipd_lab_kubeadm_replace_keeps_the_vip_through_a_machine_by_machine_rep
     assert end["etcd_members"] == ["n4", "n5", "n6"]
     assert len(end["holders"]) == 1 and end["holders"][0] in ("n4", "n5", "n6")
     assert end["members"] == ["n4", "n5", "n6"]
+    # each new vipd follows the static three and the two other new machines, none held out
+    assert end["membership"] == {n: {"peers": 5, "held": 0} for n in ("n4", "n5", "n6")}, end
     whats = [row["what"] for row in report["timeline"]]
     for old, new in PAIRS:
         assert any(w.startswith(f"{new}: kubeadm join --control-plane") for w in whats), whats

@@ -497,7 +497,7 @@ def test_the_holder_watch_puts_each_event_on_the_monotonic_clock_with_its_own_of
 
 def test_replace_flow_judges_each_step_and_the_end() -> None:
     from vipd.lab.kubeadm_flow import Step
-    from vipd.lab.replace_flow import outcome_problems, step_problems
+    from vipd.lab.replace_flow import membership_of, outcome_problems, step_problems
 
     join = Step("join", "n4", 40.0, ["n1"], ["n1"], [], 0, 0.01, 0, 50, 0)
     assert step_problems(join) == []
@@ -523,6 +523,28 @@ def test_replace_flow_judges_each_step_and_the_end() -> None:
         "want ['n4', 'n5', 'n6'] Ready",
         "after the replacement: etcd members ['n3', 'n4', 'n5', 'n6'], want ['n4', 'n5', 'n6']",
         "after the replacement: VIP holders ['n3']",
+    ]
+    # VRRP unicast: each new vipd follows the static three and the two other new machines
+    metrics = (
+        "# HELP vipd_membership_peers x\n# TYPE vipd_membership_peers gauge\n"
+        'vipd_membership_peers{list="election.vrrp.unicast_peers"} 5.0\n'
+        "# HELP vipd_membership_held x\n# TYPE vipd_membership_held gauge\n"
+        "vipd_membership_held 0.0\n"
+    )
+    assert membership_of(metrics) == {"peers": 5.0, "held": 0.0}
+    assert membership_of("") == {"peers": None, "held": None}
+    seen: dict[str, dict[str, float | None]] = {
+        n: {"peers": 5.0, "held": 0.0} for n in ("n4", "n5", "n6")
+    }
+    followed = {**good, "membership": seen}
+    assert outcome_problems(followed) == []
+    seen["n5"] = {"peers": 3.0, "held": 1.0}
+    seen["n6"] = {"peers": None, "held": None}
+    assert outcome_problems(followed) == [
+        "after the replacement: n5's vipd follows 3.0 unicast peers (want 5: the static three "
+        "and the other new machines), held 1.0",
+        "after the replacement: n6's vipd follows None unicast peers (want 5: the static three "
+        "and the other new machines), held None",
     ]
 
 
