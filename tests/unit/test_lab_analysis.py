@@ -418,21 +418,25 @@ def test_vipd_lab_kubeadm_passes_the_election_on(monkeypatch: pytest.MonkeyPatch
     assert runner.run(parser.parse_args(kube_vip)) == 0
     replace = ["--kubeadm", "--replace", "--election", "vrrp", "--json"]
     assert runner.run(parser.parse_args(replace)) == 0
-    plain = {"bootstrap": "vipd", "at_once": False, "replace": None}
+    assert runner.run(parser.parse_args([*replace, "--unicast"])) == 0
+    plain = {"bootstrap": "vipd", "at_once": False, "replace": None, "unicast": False}
     assert seen == [
         {"as_json": True, "keep": False, "election": "lease", **plain},
         {"as_json": True, "keep": False, "election": "vrrp", **plain},
         {"as_json": False, "keep": False, "election": "lease", "bootstrap": "kube-vip",
-         "at_once": True, "replace": None},
+         "at_once": True, "replace": None, "unicast": False},
         {"as_json": True, "keep": False, "election": "vrrp", **plain,
          "replace": replace_flow.run},
+        {"as_json": True, "keep": False, "election": "vrrp", **plain,
+         "replace": replace_flow.run, "unicast": True},
     ]  # fmt: skip
-    # kube-vip's migration needs its Lease; keepalived's is not a kubelet lab
+    # kube-vip's migration needs its Lease; keepalived's is not a kubelet lab; unicast is VRRP's
     for bad in (["--kubeadm", "--from", "kube-vip"], ["--kubeadm", "--from", "keepalived"],
                 ["--from", "kube-vip"], ["--at-once"], ["--replace"],
-                [*kube_vip, "--replace"]):  # fmt: skip
+                [*kube_vip, "--replace"],
+                ["--kubeadm", "--election", "lease", "--unicast"]):  # fmt: skip
         assert runner.run(parser.parse_args(bad)) == 2, bad
-    assert len(seen) == 4
+    assert len(seen) == 5
 
 
 CONTAINERD_LOG = (
@@ -493,7 +497,7 @@ def test_the_holder_watch_puts_each_event_on_the_monotonic_clock_with_its_own_of
 
 def test_replace_flow_judges_each_step_and_the_end() -> None:
     from vipd.lab.kubeadm_flow import Step
-    from vipd.lab.replace_flow import outcome_problems, step_problems
+    from vipd.lab.replace_flow import membership_of, outcome_problems, step_problems
 
     join = Step("join", "n4", 40.0, ["n1"], ["n1"], [], 0, 0.01, 0, 50, 0)
     assert step_problems(join) == []
@@ -520,3 +524,52 @@ def test_replace_flow_judges_each_step_and_the_end() -> None:
         "after the replacement: etcd members ['n3', 'n4', 'n5', 'n6'], want ['n4', 'n5', 'n6']",
         "after the replacement: VIP holders ['n3']",
     ]
+    # VRRP unicast: each new vipd follows the static three and the two other new machines
+    metrics = (
+        "# HELP vipd_membership_peers x\n# TYPE vipd_membership_peers gauge\n"
+        'vipd_membership_peers{list="election.vrrp.unicast_peers"} 5.0\n'
+        "# HELP vipd_membership_held x\n# TYPE vipd_membership_held gauge\n"
+        "vipd_membership_held 0.0\n"
+    )
+    assert membership_of(metrics) == {"peers": 5.0, "held": 0.0}
+    assert membership_of("") == {"peers": None, "held": None}
+    seen: dict[str, dict[str, float | None]] = {
+        n: {"peers": 5.0, "held": 0.0} for n in ("n4", "n5", "n6")
+    }
+    followed = {**good, "membership": seen}
+    assert outcome_problems(followed) == []
+    seen["n5"] = {"peers": 3.0, "held": 1.0}
+    seen["n6"] = {"peers": None, "held": None}
+    assert outcome_problems(followed) == [
+        "after the replacement: n5's vipd follows 3.0 unicast peers (want 5: the static three "
+        "and the other new machines), held 1.0",
+        "after the replacement: n6's vipd follows None unicast peers (want 5: the static three "
+        "and the other new machines), held None",
+    ]
+
+
+def test_kubelet_bed_unicast_config_follows_the_cluster(tmp_path: Path) -> None:
+    """``vipd lab --kubeadm --unicast``: n1..n3 the static start set (never held by the
+    admission rule), the replacement's machines read from the cluster; a config vipd takes."""
+    from vipd.config.source import parse
+    from vipd.lab.kubelet_bed.bed import KubeletBed
+    from vipd.lab.topology import Lab
+
+    bed = KubeletBed.__new__(KubeletBed)  # the config alone: no binaries, no namespaces
+    bed.election, bed.bootstrap, bed.unicast = "vrrp", "vipd", True
+    bed.lab = Lab(nodes=6, workdir=tmp_path)
+    bed.vip, bed.endpoint = "10.77.0.100", "10.77.0.100:6443"
+    doc = bed.vipd_config()
+    vrrp = doc["election"]["vrrp"]
+    assert vrrp["unicast_peers"] == ["10.77.0.11", "10.77.0.12", "10.77.0.13"]
+    assert vrrp["unicast_peers_from"] == ["endpointslices", "nodes"]
+    assert doc["membership"]["api_servers"] == [
+        "https://127.0.0.1:6443",
+        "https://10.77.0.100:6443",
+    ]
+    parse(doc, hostname="n4")  # raises ConfigError naming the key if vipd refuses it
+    bed.unicast = False
+    multicast = bed.vipd_config()
+    assert "unicast_peers" not in multicast["election"]["vrrp"] and "membership" not in multicast
+    with pytest.raises(ValueError, match="unicast is a VRRP mode"):
+        KubeletBed("lease", unicast=True)

@@ -635,12 +635,14 @@ def run(
     at_once: bool = False,
     replace: Callable[[KubeletBed, AddressWatch], tuple[dict[str, Any], list[str], list[Step]]]
     | None = None,
+    unicast: bool = False,
 ) -> int:
     """The lab. ``bootstrap="kube-vip"``: the cluster bootstrapped by kube-vip's static pod
     and moved to vipd's DaemonSet on kube-vip's Lease, node by node (the holder last) or
     ``at_once``; the report ends after the move. ``replace``: run after the adopt on a bed
     with three spare machines (``vipd.lab.replace_flow.run``, which builds on this module:
-    passed in, not imported), its report part and problems; the report ends there."""
+    passed in, not imported), its report part and problems; the report ends there.
+    ``unicast``: VRRP unicast, the peers following the cluster (``KubeletBed.vipd_config``)."""
     why = usable()
     if why is not None:
         print(f"vipd lab --kubeadm: cannot run here: {why}", file=sys.stderr)
@@ -652,10 +654,13 @@ def run(
             "from": bootstrap,
             "at_once": at_once,
             "replace": replace is not None,
+            "unicast": unicast,
         }
     }
     problems: list[str] = []
-    with KubeletBed(election, bootstrap=bootstrap, spare=3 if replace else 0) as bed:
+    with KubeletBed(
+        election, bootstrap=bootstrap, spare=3 if replace else 0, unicast=unicast
+    ) as bed:
         report["lab"].update({"kubernetes": bed.version, "workdir": str(bed.lab.workdir)})
         watch = AddressWatch(bed.lab, bed.vip)
         watch.start()

@@ -25,9 +25,11 @@ kubectl's ``/readyz`` through the VIP); on top: ``/readyz`` through the VIP answ
 once in every step, and at the end the three new machines are the Nodes, the etcd members and
 the VIP's holder, the old ones gone from all three.
 
-VRRP unicast: the peers of each vipd are its config's; a run where they follow the cluster's
-membership passes ``on_members`` (called with the members after each join and removal) to
-re-render them. Multicast and Lease need nothing there.
+VRRP unicast (``KubeletBed(unicast=True)``, ``vipd lab --kubeadm --replace --unicast``): n1..n3
+are every vipd's static start set and the new machines come from the cluster
+(``election.vrrp.unicast_peers_from``), so nothing is re-rendered; ``on_members`` (called with
+the members after each join and removal) is for a run that sets the peers itself. Multicast
+and Lease need nothing there.
 
 What it must not do: judge otherwise than the adopt steps are judged (``Step.problems``), or
 remove an old machine before its successor's vipd pod is ready.
@@ -42,6 +44,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from vipd.lab.addrwatch import AddressWatch
 from vipd.lab.kubeadm_flow import Step, measure, step_doc
 from vipd.lab.kubelet_bed.bed import ADOPT_LABEL, KubeletBed
@@ -50,6 +54,8 @@ from vipd.lab.topology import LabError
 
 # (old, new): the oldest first, as KubeadmControlPlane's rollout picks them.
 PAIRS = (("n1", "n4"), ("n2", "n5"), ("n3", "n6"))
+# vipd's metrics endpoint (``metrics.listen``'s default; the pod shares the node's network).
+METRICS_URL = "http://127.0.0.1:2112/metrics"
 # The API server's etcd client certificate: on every kubeadm control-plane node.
 ETCDCTL_TLS = (
     "--endpoints=https://127.0.0.1:2379",
@@ -187,15 +193,36 @@ def replace(
     return steps, removals
 
 
+def membership_of(metrics: str) -> dict[str, float | None]:
+    """``vipd_membership_peers`` of the unicast peer list and ``vipd_membership_held`` from
+    one vipd's ``/metrics`` text (None: not exported), pure."""
+    out: dict[str, float | None] = {"peers": None, "held": None}
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "vipd_membership_peers" and sample.labels.get("list") == (
+                "election.vrrp.unicast_peers"
+            ):
+                out["peers"] = sample.value
+            elif sample.name == "vipd_membership_held":
+                out["held"] = sample.value
+    return out
+
+
 def outcome(bed: KubeletBed, pairs: Sequence[tuple[str, str]] = PAIRS) -> dict[str, Any]:
-    """Who the cluster is at the end: its Nodes (Ready), etcd members, the VIP's holders."""
+    """Who the cluster is at the end: its Nodes (Ready), etcd members, the VIP's holders;
+    in VRRP unicast, what each new machine's vipd says of its followed peers."""
     new = [n for _, n in pairs]
-    return {
+    end: dict[str, Any] = {
         "nodes": bed.nodes_ready(),
         "etcd_members": sorted(etcd_members(bed, new[-1])),
         "holders": bed.holders(),
         "members": list(bed.members),
     }
+    if bed.unicast:
+        end["membership"] = {
+            n: membership_of(bed.machines[n].run(["curl", "-sf", METRICS_URL]).stdout) for n in new
+        }
+    return end
 
 
 def outcome_problems(end: dict[str, Any], pairs: Sequence[tuple[str, str]] = PAIRS) -> list[str]:
@@ -209,6 +236,15 @@ def outcome_problems(end: dict[str, Any], pairs: Sequence[tuple[str, str]] = PAI
         out.append(f"after the replacement: etcd members {end['etcd_members']}, want {new}")
     if len(end["holders"]) != 1 or end["holders"][0] not in new:
         out.append(f"after the replacement: VIP holders {end['holders']}")
+    # VRRP unicast: each new vipd's peers are the static start set (the old machines, which
+    # stay) and the other new ones, read from the cluster; none of them held out.
+    want = len(pairs) + len(new) - 1
+    for node, seen in sorted(end.get("membership", {}).items()):
+        if seen != {"peers": want, "held": 0}:
+            out.append(
+                f"after the replacement: {node}'s vipd follows {seen['peers']} unicast peers "
+                f"(want {want}: the static three and the other new machines), held {seen['held']}"
+            )
     return out
 
 

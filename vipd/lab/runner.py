@@ -98,7 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--unicast",
         action="store_true",
-        help="VRRP to the other nodes' addresses instead of multicast",
+        help="VRRP to the other nodes' addresses instead of multicast (with --kubeadm: the "
+        "first three nodes' as the static start set, the rest followed from the cluster, "
+        "election.vrrp.unicast_peers_from)",
     )
     parser.add_argument(
         "--vmac",
@@ -905,6 +907,9 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        if args.unicast and args.election != "vrrp":
+            print("vipd lab --kubeadm: --unicast is a VRRP mode", file=sys.stderr)
+            return 2
         if args.replace and args.migrate_from is not None:
             print("vipd lab --kubeadm: --replace starts from vipd's bootstrap", file=sys.stderr)
             return 2
@@ -919,6 +924,7 @@ def run(args: argparse.Namespace) -> int:
                 bootstrap="kube-vip" if args.migrate_from == "kube-vip" else "vipd",
                 at_once=args.at_once,
                 replace=replace_flow.run if args.replace else None,
+                unicast=args.unicast,
             )
         except (LabError, MachineError) as exc:
             print(f"vipd lab --kubeadm: {exc}", file=sys.stderr)

@@ -227,9 +227,13 @@ class KubeletBed:
         keep: bool = False,
         bootstrap: Bootstrap = "vipd",
         spare: int = 0,
+        unicast: bool = False,
     ) -> None:
         if not 0 <= spare <= 3:
             raise ValueError(f"spare machines: 0..3 (got {spare})")
+        if unicast and election != "vrrp":
+            raise ValueError("unicast is a VRRP mode")
+        self.unicast = unicast
         if bootstrap == "kube-vip" and election != "lease":
             raise ValueError("the kube-vip bootstrap is for Lease election (kube-vip's Lease)")
         self.election = election
@@ -390,7 +394,8 @@ class KubeletBed:
     def vipd_config(self) -> dict[str, Any]:
         """One config for every node's vipd (each pod's identity is its node name). Lease
         mode: the timings 5/3/1 (as tests/kube), no kubeconfig (the static pod's comes from
-        the host, the DaemonSet's is its ServiceAccount), the node's own API server. After a
+        the host, the DaemonSet's is its ServiceAccount), the node's own API server. VRRP
+        ``unicast``: the peers n1...n3 and those the cluster lists (``unicast_peers_from``). After a
         kube-vip bootstrap: ``vipd import kube-vip`` of kube-vip's manifest, unchanged."""
         if self.bootstrap == "kube-vip":
             from vipd.importers import kubevip
@@ -405,12 +410,22 @@ class KubeletBed:
             if self.election == "vrrp"
             else {"mode": "lease", "lease": dict(LEASE_TIMING)}
         )
-        return {
+        cfg: dict[str, Any] = {
             "vip": self.vip,
             "interface": "eth0",
             "election": election,
             "garp": {"repeat": 3, "interval": 0.01},
         }
+        if self.unicast:
+            # docs/install.md's unicast set-up: the first three machines are the static start
+            # set, the rest (the replacement's n4...) come from the cluster: its own API
+            # server first, the VIP while a joining node's is not up yet.
+            election["vrrp"]["unicast_peers"] = [n.ipv4 for n in self.lab.nodes[:3]]
+            election["vrrp"]["unicast_peers_from"] = ["endpointslices", "nodes"]
+            cfg["membership"] = {
+                "api_servers": [f"https://127.0.0.1:{API_PORT}", f"https://{self.endpoint}"]
+            }
+        return cfg
 
     def render(self, kind: str, *extra: str, image: str = VIPD_IMAGE) -> str:
         """``vipd manifest KIND`` for the bed's config, as a user runs it."""
@@ -600,7 +615,7 @@ class KubeletBed:
         """The rendered DaemonSet, placed by a node label so nodes hand over one by one (a
         new ``image``: the upgrade docs/install.md describes, ``vipd manifest daemonset
         --image NEW`` and ``kubectl apply``)."""
-        if self.election == "lease":
+        if self.election == "lease" or self.unicast:  # the Lease's or the membership's
             rbac = self.lab.workdir / "vipd-rbac.yaml"
             rbac.write_text(self.render("rbac", image=image))
             self.kubectl("apply", "-f", str(rbac), server=server)
