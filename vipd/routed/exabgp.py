@@ -115,6 +115,18 @@ def exabgp_problem() -> str | None:
     return None
 
 
+def daemon_user_env(uid: int) -> dict[str, str]:
+    """ExaBGP's ``daemon.user``: vipd's own user, so that a vipd running as root keeps its
+    child root rather than ExaBGP's default ``nobody``. A uid without a passwd entry (the
+    unit's DynamicUser= on a host without nss-systemd: ``getpwuid`` fails) is left to the
+    default: ExaBGP looks the name up (``getpwnam``, refusing one it cannot find) but
+    drops nothing for a process whose uid and gid are not 0 (``Daemon.drop_privileges``)."""
+    try:
+        return {"exabgp_daemon_user": pwd.getpwuid(uid).pw_name}
+    except KeyError:
+        return {}
+
+
 class ExaBgpSpeaker:
     """ExaBGP behind the `Speaker` protocol (the module docstring)."""
 
@@ -293,13 +305,13 @@ class ExaBgpSpeaker:
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "exabgp_daemon_daemonize": "false",
             "exabgp_daemon_drop": "false",
-            "exabgp_daemon_user": pwd.getpwuid(os.getuid()).pw_name,
             "exabgp_api_cli": "false",
             "exabgp_api_ack": "true",
             "exabgp_api_respawn": "false",
             "exabgp_api_terminate": "true",
             "exabgp_tcp_bind": "",
             "exabgp_log_level": "WARNING",
+            **daemon_user_env(os.getuid()),
         }
         log = open(self.dir / "exabgp.log", "ab")  # noqa: SIM115 - the child's
         try:
