@@ -425,3 +425,162 @@ def test_watchdog_stops_a_blocked_loop_in_order_and_kills_one_that_stays_blocked
     assert not any("msg=stopped" in msg for msg in mine), mine[-10:]
     # The new vipd takes the VIP again (the killed one's address is still on the link).
     assert wait_for(lambda: vip_holders(m) == [VIP], 20), messages(m)
+
+
+# -- the routed announce modes under the same unit, in the same booted container ----------
+# Each test writes a new /etc/vipd/vipd.yaml into the tree and restarts the unit: no new boot.
+
+HEALTH_PORT = 6443
+BGP_ASN, PEER_ASN = 64601, 64602
+CAP_SETS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
+
+
+@pytest.fixture
+def api_healthy(machine: Machine, tmp_path: Path) -> Iterator[None]:
+    """An HTTPS /readyz answering 200 on 127.0.0.1:6443 of the container's namespace: the
+    routed modes' ECMP pool announces only while the local API server is healthy, and this
+    test is about the unit, not the API server (the lab's stand-in, run from the host)."""
+    from vipd.lab.pki import make_cert
+
+    cert, key = make_cert(tmp_path)
+    log = tmp_path / "responder.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", machine.netns, sys.executable, "-m", "vipd.lab.responder",
+             "--name", "nspawn-1", "--port", "16443", "--health-port", str(HEALTH_PORT),
+             "--cert", str(cert), "--key", str(key)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    try:
+        assert wait_for(lambda: "listening" in log.read_text() or proc.poll() is not None, 20)
+        assert proc.poll() is None, log.read_text()
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def restart_with(m: Machine, config: dict[str, object]) -> str:
+    """The unit restarted on ``config``; the cursor of the journal before the restart, so that
+    a test reads only its own vipd's lines."""
+    # The peer's claim on the VIP (the boot's VRRP scenario) is no part of these tests.
+    sh("ip", "-n", m.peer_ns, "addr", "del", f"{VIP}/32", "dev", "vx1", check=False)
+    cursor = m.run("journalctl", "--no-pager", "-n", "0", "--show-cursor").stdout
+    cursor = cursor.strip().rsplit("cursor: ", 1)[-1]
+    (m.tree / "etc/vipd/vipd.yaml").write_text(yaml.safe_dump(config))
+    m.run("systemctl", "restart", "vipd")
+    assert wait_for(lambda: m.show("ActiveState") == "active", 60), messages(m)
+    return cursor
+
+
+def since(m: Machine, cursor: str) -> list[dict[str, str]]:
+    return m.journal(f"--after-cursor={cursor}")
+
+
+def vipd_routes(m: Machine) -> tuple[bool, bool]:
+    """(the announcement in table 198, the AnyIP binding in table local), both protocol 248."""
+    announced = sh("ip", "-n", m.netns, "route", "show", "table", "198", "proto", "248").stdout
+    bound = sh("ip", "-n", m.netns, "route", "show", "table", "local", "proto", "248").stdout
+    return (
+        re.search(rf"^{re.escape(VIP)}\b", announced, re.M) is not None,
+        re.search(rf"^local {re.escape(VIP)} dev lo\b", bound, re.M) is not None,
+    )
+
+
+def stopped_clean(m: Machine) -> None:
+    assert wait_for(lambda: m.show("ActiveState") == "inactive", 60), messages(m)
+    assert m.show("Result") == "success", m.system_journal()[-3000:]
+    assert m.show("ExecMainStatus") == "0"
+
+
+def test_routing_table_mode_under_the_unit(machine: Machine, api_healthy: None) -> None:
+    m = machine
+    cursor = restart_with(
+        m,
+        {
+            "node": "nspawn-1",
+            "vip": VIP,
+            "interface": "vx0",
+            "announce": {"mode": "routing-table"},
+            "health": {"interval": 0.2, "port": HEALTH_PORT},
+        },
+    )
+    # With CAP_NET_ADMIN alone the dynamic user writes both routes, protocol 248.
+    assert wait_for(lambda: vipd_routes(m) == (True, True), 30), since(m, cursor)[-20:]
+    assert vip_holders(m) == []  # bound by the AnyIP route, never as an address
+
+    # The stop: the announcement goes first, the binding announce.drain (2 s) later.
+    m.run("systemctl", "stop", "--no-block", "vipd")
+    seen: list[tuple[bool, bool]] = []
+
+    def gone() -> bool:
+        seen.append(vipd_routes(m))
+        return seen[-1] == (False, False)
+
+    assert wait_for(gone, 30, step=0.05), seen[-5:]
+    assert (False, True) in seen and (True, False) not in seen, seen
+    stopped_clean(m)
+    mine = [e["MESSAGE"] for e in since(m, cursor)]
+    assert any("msg=stopped" in msg for msg in mine), mine[-10:]
+
+
+def test_bgp_mode_speaker_runs_in_the_sandbox_and_stops_with_the_unit(
+    machine: Machine, api_healthy: None
+) -> None:
+    m = machine
+    cursor = restart_with(
+        m,
+        {
+            "node": "nspawn-1",
+            "vip": VIP,
+            "interface": "vx0",
+            "announce": {
+                "mode": "bgp",
+                "bgp": {"local_asn": BGP_ASN, "peers": [{"address": PEER_ADDR, "asn": PEER_ASN}]},
+            },
+            "health": {"interval": 0.2, "port": HEALTH_PORT},
+        },
+    )
+    pid = main_pid(m)
+
+    def started() -> bool:
+        return any("exabgp: started" in e["MESSAGE"] for e in since(m, cursor))
+
+    if not wait_for(started, 60):
+        # ExaBGP's own output is in its runtime directory, in the unit's private /tmp.
+        private = m.tree.glob("tmp/systemd-private-*-vipd.service-*/tmp/vipd-bgp-*/exabgp.log")
+        exabgp = "\n".join(p.read_text()[-1500:] for p in private)
+        mine = "\n".join(e["MESSAGE"] for e in since(m, cursor))[-3000:]
+        raise AssertionError(f"{mine}\nExaBGP's log:\n{exabgp}")
+
+    def speakers() -> list[int]:
+        """ExaBGP's processes anywhere in the container (its /proc: no procps there)."""
+        found = []
+        for entry in m.run("ls", "/proc").stdout.split():
+            if entry.isdigit():
+                argv = m.run("cat", f"/proc/{entry}/cmdline", check=False).stdout.split("\0")
+                if argv[1:4] == ["-m", "exabgp", "server"]:
+                    found.append(int(entry))
+        return found
+
+    (child,) = speakers()
+    main, status = proc_status(m, pid), proc_status(m, child)
+    # vipd's dynamic user, not root; no capability at all in any set; the same sandbox.
+    assert status["Uid"] == main["Uid"] and int(status["Uid"].split()[0]) in DYNAMIC_UIDS
+    assert status["Gid"] == main["Gid"]
+    for caps in CAP_SETS:
+        assert int(status[caps], 16) == 0, (caps, status[caps])
+    assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2", status
+    cgroup = m.run("cat", f"/proc/{child}/cgroup").stdout.strip()
+    assert cgroup == m.run("cat", f"/proc/{pid}/cgroup").stdout.strip()
+    assert cgroup.endswith("/system.slice/vipd.service"), cgroup
+    # It took the VIP: the binding is in the kernel (the announcement is the speaker's).
+    assert wait_for(lambda: vipd_routes(m) == (False, True), 30), since(m, cursor)[-20:]
+
+    m.run("systemctl", "stop", "vipd")
+    stopped_clean(m)
+    assert speakers() == []
+    assert vipd_routes(m) == (False, False)
+    lines = [e["MESSAGE"] for e in since(m, cursor)]
+    assert any("msg=stopped" in msg for msg in lines), lines[-10:]
