@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -461,6 +462,65 @@ def api_healthy(machine: Machine, tmp_path: Path) -> Iterator[None]:
         proc.wait(timeout=10)
 
 
+@dataclass
+class Router:
+    """FRR's bgpd alone (no zebra, nothing into the kernel) in the peer namespace."""
+
+    run: Path
+
+    def show(self, m: Machine, command: str) -> dict[str, object]:
+        out = sh("ip", "netns", "exec", m.peer_ns, "vtysh", "--vty_socket", str(self.run),
+                 "-d", "bgpd", "-c", command).stdout  # fmt: skip
+        answer: dict[str, object] = json.loads(out) if out.strip() else {}
+        return answer
+
+    def state(self, m: Machine) -> object:
+        neighbor = self.show(m, f"show bgp neighbors {NODE_ADDR} json").get(NODE_ADDR, {})
+        return neighbor.get("bgpState") if isinstance(neighbor, dict) else None
+
+    def has_vip(self, m: Machine) -> bool:
+        routes = self.show(m, "show bgp ipv4 unicast json").get("routes", {})
+        return isinstance(routes, dict) and f"{VIP}/32" in routes
+
+
+@pytest.fixture
+def router(machine: Machine) -> Iterator[Router]:
+    from vipd.lab.routed import FRR_DIR, frr_problem
+
+    problem = frr_problem()
+    if problem is not None:
+        missing(problem)
+    # Not under tmp_path: bgpd drops to the frr user, which cannot enter pytest's 0700 tree.
+    run = Path(tempfile.mkdtemp(prefix="vipd-unit-frr-"))
+    shutil.chown(run, "frr", "frr")
+    conf = run / "bgpd.conf"
+    conf.write_text(
+        "frr defaults datacenter\n"
+        f"router bgp {PEER_ASN}\n bgp router-id {PEER_ADDR}\n no bgp ebgp-requires-policy\n"
+        f" neighbor {NODE_ADDR} remote-as {BGP_ASN}\n"
+    )
+    log = (run / "bgpd.log").open("wb")
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", machine.peer_ns, str(FRR_DIR / "bgpd"), "-Z", "-n",
+         "-u", "frr", "-g", "frr", "--vty_socket", str(run), "-P", "0",
+         "-f", str(conf), "-i", str(run / "bgpd.pid")],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    try:
+        assert wait_for(lambda: (run / "bgpd.vty").exists() or proc.poll() is not None, 20)
+        assert proc.poll() is None, (run / "bgpd.log").read_text()
+        yield Router(run)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        shutil.rmtree(run, ignore_errors=True)
+
+
 def restart_with(m: Machine, config: dict[str, object]) -> str:
     """The unit restarted on ``config``; the cursor of the journal before the restart, so that
     a test reads only its own vipd's lines."""
@@ -480,7 +540,10 @@ def since(m: Machine, cursor: str) -> list[dict[str, str]]:
 
 def vipd_routes(m: Machine) -> tuple[bool, bool]:
     """(the announcement in table 198, the AnyIP binding in table local), both protocol 248."""
-    announced = sh("ip", "-n", m.netns, "route", "show", "table", "198", "proto", "248").stdout
+    table = sh("ip", "-n", m.netns, "route", "show", "table", "198", "proto", "248", check=False)
+    # A table the kernel has never had a route in is an error to list: it has none.
+    assert table.returncode == 0 or "table does not exist" in table.stderr, table.stderr
+    announced = table.stdout
     bound = sh("ip", "-n", m.netns, "route", "show", "table", "local", "proto", "248").stdout
     return (
         re.search(rf"^{re.escape(VIP)}\b", announced, re.M) is not None,
@@ -526,7 +589,7 @@ def test_routing_table_mode_under_the_unit(machine: Machine, api_healthy: None) 
 
 
 def test_bgp_mode_speaker_runs_in_the_sandbox_and_stops_with_the_unit(
-    machine: Machine, api_healthy: None
+    machine: Machine, api_healthy: None, router: Router
 ) -> None:
     m = machine
     cursor = restart_with(
@@ -575,12 +638,16 @@ def test_bgp_mode_speaker_runs_in_the_sandbox_and_stops_with_the_unit(
     cgroup = m.run("cat", f"/proc/{child}/cgroup").stdout.strip()
     assert cgroup == m.run("cat", f"/proc/{pid}/cgroup").stdout.strip()
     assert cgroup.endswith("/system.slice/vipd.service"), cgroup
-    # It took the VIP: the binding is in the kernel (the announcement is the speaker's).
+    # It took the VIP: the binding is in the kernel, the announcement is the speaker's, and
+    # from the sandbox ExaBGP's session with FRR comes up and carries the VIP.
     assert wait_for(lambda: vipd_routes(m) == (False, True), 30), since(m, cursor)[-20:]
+    assert wait_for(lambda: router.state(m) == "Established", 60), since(m, cursor)[-20:]
+    assert wait_for(lambda: router.has_vip(m), 30), router.show(m, "show bgp ipv4 unicast json")
 
     m.run("systemctl", "stop", "vipd")
     stopped_clean(m)
     assert speakers() == []
     assert vipd_routes(m) == (False, False)
+    assert router.state(m) != "Established" and not router.has_vip(m)
     lines = [e["MESSAGE"] for e in since(m, cursor)]
     assert any("msg=stopped" in msg for msg in lines), lines[-10:]
