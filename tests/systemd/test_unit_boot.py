@@ -30,6 +30,7 @@ tree is made once per machine (~90 s) under ``$VIPD_NSPAWN_DIR`` (default
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import hashlib
@@ -483,8 +484,8 @@ class Router:
         return isinstance(routes, dict) and f"{VIP}/32" in routes
 
 
-@pytest.fixture
-def router(machine: Machine) -> Iterator[Router]:
+@contextlib.contextmanager
+def frr_bgpd(machine: Machine, password: str | None = None) -> Iterator[Router]:
     from vipd.lab.routed import FRR_DIR, frr_problem
 
     problem = frr_problem()
@@ -498,6 +499,7 @@ def router(machine: Machine) -> Iterator[Router]:
         "frr defaults datacenter\n"
         f"router bgp {PEER_ASN}\n bgp router-id {PEER_ADDR}\n no bgp ebgp-requires-policy\n"
         f" neighbor {NODE_ADDR} remote-as {BGP_ASN}\n"
+        + (f" neighbor {NODE_ADDR} password {password}\n" if password else "")
     )
     log = (run / "bgpd.log").open("wb")
     proc = subprocess.Popen(
@@ -519,6 +521,12 @@ def router(machine: Machine) -> Iterator[Router]:
             proc.kill()
             proc.wait(timeout=10)
         shutil.rmtree(run, ignore_errors=True)
+
+
+@pytest.fixture
+def router(machine: Machine) -> Iterator[Router]:
+    with frr_bgpd(machine) as r:
+        yield r
 
 
 def restart_with(m: Machine, config: dict[str, object]) -> str:
@@ -651,3 +659,42 @@ def test_bgp_mode_speaker_runs_in_the_sandbox_and_stops_with_the_unit(
     assert router.state(m) != "Established" and not router.has_vip(m)
     lines = [e["MESSAGE"] for e in since(m, cursor)]
     assert any("msg=stopped" in msg for msg in lines), lines[-10:]
+
+
+def test_bgp_md5_password_through_load_credential(machine: Machine, api_healthy: None) -> None:
+    """The shipped unit's dynamic user cannot read a root-owned 0600 file; a drop-in with
+    LoadCredential= hands it a copy that passes vipd's check: systemd makes it mode 0400,
+    owned by the dynamic user, in /run/credentials/vipd.service (systemd.exec(5))."""
+    m = machine
+    secret = m.tree / "etc/vipd/bgp-password"
+    secret.write_text("unit-md5-secret\n")
+    secret.chmod(0o600)
+    dropin = m.tree / "etc/systemd/system/vipd.service.d/credential.conf"
+    dropin.parent.mkdir(exist_ok=True)
+    dropin.write_text("[Service]\nLoadCredential=bgp-password:/etc/vipd/bgp-password\n")
+    credential = "/run/credentials/vipd.service/bgp-password"
+    try:
+        m.run("systemctl", "daemon-reload")
+        with frr_bgpd(m, password="unit-md5-secret") as router:
+            peer = {"address": PEER_ADDR, "asn": PEER_ASN, "password_file": credential}
+            cursor = restart_with(
+                m,
+                {
+                    "node": "nspawn-1",
+                    "vip": VIP,
+                    "interface": "vx0",
+                    "announce": {"mode": "bgp", "bgp": {"local_asn": BGP_ASN, "peers": [peer]}},
+                    "health": {"interval": 0.2, "port": HEALTH_PORT},
+                },
+            )
+            owner, mode = m.run("stat", "-c", "%u %a", credential).stdout.split()
+            assert owner == proc_status(m, main_pid(m))["Uid"].split()[0] and mode == "400"
+            assert wait_for(lambda: router.state(m) == "Established", 60), since(m, cursor)[-20:]
+            assert wait_for(lambda: router.has_vip(m), 30)
+            m.run("systemctl", "stop", "vipd")
+            stopped_clean(m)
+        lines = [e["MESSAGE"] for e in since(m, cursor)]
+        assert not any("unit-md5-secret" in line for line in lines)
+    finally:
+        dropin.unlink()
+        m.run("systemctl", "daemon-reload")
