@@ -21,6 +21,14 @@ network is touched. Then, with the unit exactly as shipped:
   the restart. A vipd whose event-loop thread stays blocked (held in a ptrace stop, which
   SIGCONT does not end, while its HTTP thread runs on) gets SIGTERM in vain, is killed
   TimeoutAbortSec later and restarted, and the new one binds the VIP again.
+- the routed modes, each by a restart of the unit with a new config in the same container
+  (the local API server's /readyz is the lab's HTTPS stand-in, run in the container's
+  namespace from the host): routing-table mode writes the VIP's route into table 198 and
+  its AnyIP binding, protocol 248, and at stop withdraws the route first and the binding
+  announce.drain later, exiting 0; in bgp mode the ExaBGP child runs as the dynamic user, in
+  vipd's cgroup, with no capability, its session with FRR's bgpd in the peer namespace
+  comes up and carries the VIP, and the stop leaves no ExaBGP process; a TCP MD5 password
+  reaches the dynamic user through a LoadCredential= drop-in (docs/operations.md).
 
 Root only: it boots a container. Without root or the tools (scripts/setup installs
 systemd-container and mmdebstrap) it skips with the reason, and fails under CI=true. The base
