@@ -667,6 +667,9 @@ def test_bgp_mode_speaker_runs_in_the_sandbox_and_stops_with_the_unit(
     assert router.state(m) != "Established" and not router.has_vip(m)
     lines = [e["MESSAGE"] for e in since(m, cursor)]
     assert any("msg=stopped" in msg for msg in lines), lines[-10:]
+    # The Cease was reported down (ExaBGP reconnects at once: the wait must not miss it).
+    assert any("down notification sent (6,2)" in msg for msg in lines), lines[-10:]
+    assert not any("sessions not down" in msg for msg in lines), lines[-10:]
 
 
 def test_bgp_md5_password_through_load_credential(machine: Machine, api_healthy: None) -> None:
