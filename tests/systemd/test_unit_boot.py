@@ -21,6 +21,14 @@ network is touched. Then, with the unit exactly as shipped:
   the restart. A vipd whose event-loop thread stays blocked (held in a ptrace stop, which
   SIGCONT does not end, while its HTTP thread runs on) gets SIGTERM in vain, is killed
   TimeoutAbortSec later and restarted, and the new one binds the VIP again.
+- the routed modes, each by a restart of the unit with a new config in the same container
+  (the local API server's /readyz is the lab's HTTPS stand-in, run in the container's
+  namespace from the host): routing-table mode writes the VIP's route into table 198 and
+  its AnyIP binding, protocol 248, and at stop withdraws the route first and the binding
+  announce.drain later, exiting 0; in bgp mode the ExaBGP child runs as the dynamic user, in
+  vipd's cgroup, with no capability, its session with FRR's bgpd in the peer namespace
+  comes up and carries the VIP, and the stop leaves no ExaBGP process; a TCP MD5 password
+  reaches the dynamic user through a LoadCredential= drop-in (docs/operations.md).
 
 Root only: it boots a container. Without root or the tools (scripts/setup installs
 systemd-container and mmdebstrap) it skips with the reason, and fails under CI=true. The base
@@ -30,6 +38,7 @@ tree is made once per machine (~90 s) under ``$VIPD_NSPAWN_DIR`` (default
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import hashlib
@@ -42,6 +51,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -425,3 +435,277 @@ def test_watchdog_stops_a_blocked_loop_in_order_and_kills_one_that_stays_blocked
     assert not any("msg=stopped" in msg for msg in mine), mine[-10:]
     # The new vipd takes the VIP again (the killed one's address is still on the link).
     assert wait_for(lambda: vip_holders(m) == [VIP], 20), messages(m)
+
+
+# -- the routed announce modes under the same unit, in the same booted container ----------
+# Each test writes a new /etc/vipd/vipd.yaml into the tree and restarts the unit: no new boot.
+
+HEALTH_PORT = 6443
+BGP_ASN, PEER_ASN = 64601, 64602
+CAP_SETS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
+
+
+@pytest.fixture
+def api_healthy(machine: Machine, tmp_path: Path) -> Iterator[None]:
+    """An HTTPS /readyz answering 200 on 127.0.0.1:6443 of the container's namespace: the
+    routed modes' ECMP pool announces only while the local API server is healthy, and this
+    test is about the unit, not the API server (the lab's stand-in, run from the host)."""
+    from vipd.lab.pki import make_cert
+
+    cert, key = make_cert(tmp_path)
+    log = tmp_path / "responder.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", machine.netns, sys.executable, "-m", "vipd.lab.responder",
+             "--name", "nspawn-1", "--port", "16443", "--health-port", str(HEALTH_PORT),
+             "--cert", str(cert), "--key", str(key)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    try:
+        assert wait_for(lambda: "listening" in log.read_text() or proc.poll() is not None, 20)
+        assert proc.poll() is None, log.read_text()
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@dataclass
+class Router:
+    """FRR's bgpd alone (no zebra, nothing into the kernel) in the peer namespace."""
+
+    run: Path
+
+    def show(self, m: Machine, command: str) -> dict[str, object]:
+        out = sh("ip", "netns", "exec", m.peer_ns, "vtysh", "--vty_socket", str(self.run),
+                 "-d", "bgpd", "-c", command).stdout  # fmt: skip
+        answer: dict[str, object] = json.loads(out) if out.strip() else {}
+        return answer
+
+    def state(self, m: Machine) -> object:
+        neighbor = self.show(m, f"show bgp neighbors {NODE_ADDR} json").get(NODE_ADDR, {})
+        return neighbor.get("bgpState") if isinstance(neighbor, dict) else None
+
+    def has_vip(self, m: Machine) -> bool:
+        routes = self.show(m, "show bgp ipv4 unicast json").get("routes", {})
+        return isinstance(routes, dict) and f"{VIP}/32" in routes
+
+
+@contextlib.contextmanager
+def frr_bgpd(machine: Machine, password: str | None = None) -> Iterator[Router]:
+    from vipd.lab.routed import FRR_DIR, frr_problem
+
+    problem = frr_problem()
+    if problem is not None:
+        missing(problem)
+    # Not under tmp_path: bgpd drops to the frr user, which cannot enter pytest's 0700 tree.
+    run = Path(tempfile.mkdtemp(prefix="vipd-unit-frr-"))
+    shutil.chown(run, "frr", "frr")
+    conf = run / "bgpd.conf"
+    conf.write_text(
+        "frr defaults datacenter\n"
+        f"router bgp {PEER_ASN}\n bgp router-id {PEER_ADDR}\n no bgp ebgp-requires-policy\n"
+        f" neighbor {NODE_ADDR} remote-as {BGP_ASN}\n"
+        + (f" neighbor {NODE_ADDR} password {password}\n" if password else "")
+    )
+    log = (run / "bgpd.log").open("wb")
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", machine.peer_ns, str(FRR_DIR / "bgpd"), "-Z", "-n",
+         "-u", "frr", "-g", "frr", "--vty_socket", str(run), "-P", "0",
+         "-f", str(conf), "-i", str(run / "bgpd.pid")],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    try:
+        assert wait_for(lambda: (run / "bgpd.vty").exists() or proc.poll() is not None, 20)
+        assert proc.poll() is None, (run / "bgpd.log").read_text()
+        yield Router(run)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        shutil.rmtree(run, ignore_errors=True)
+
+
+@pytest.fixture
+def router(machine: Machine) -> Iterator[Router]:
+    with frr_bgpd(machine) as r:
+        yield r
+
+
+def restart_with(m: Machine, config: dict[str, object]) -> str:
+    """The unit restarted on ``config``; the cursor of the journal before the restart, so that
+    a test reads only its own vipd's lines."""
+    # The peer's claim on the VIP (the boot's VRRP scenario) is no part of these tests.
+    sh("ip", "-n", m.peer_ns, "addr", "del", f"{VIP}/32", "dev", "vx1", check=False)
+    cursor = m.run("journalctl", "--no-pager", "-n", "0", "--show-cursor").stdout
+    cursor = cursor.strip().rsplit("cursor: ", 1)[-1]
+    (m.tree / "etc/vipd/vipd.yaml").write_text(yaml.safe_dump(config))
+    m.run("systemctl", "restart", "vipd")
+    assert wait_for(lambda: m.show("ActiveState") == "active", 60), messages(m)
+    return cursor
+
+
+def since(m: Machine, cursor: str) -> list[dict[str, str]]:
+    return m.journal(f"--after-cursor={cursor}")
+
+
+def vipd_routes(m: Machine) -> tuple[bool, bool]:
+    """(the announcement in table 198, the AnyIP binding in table local), both protocol 248."""
+    table = sh("ip", "-n", m.netns, "route", "show", "table", "198", "proto", "248", check=False)
+    # A table the kernel has never had a route in is an error to list: it has none.
+    assert table.returncode == 0 or "table does not exist" in table.stderr, table.stderr
+    announced = table.stdout
+    bound = sh("ip", "-n", m.netns, "route", "show", "table", "local", "proto", "248").stdout
+    return (
+        re.search(rf"^{re.escape(VIP)}\b", announced, re.M) is not None,
+        re.search(rf"^local {re.escape(VIP)} dev lo\b", bound, re.M) is not None,
+    )
+
+
+def stopped_clean(m: Machine) -> None:
+    assert wait_for(lambda: m.show("ActiveState") == "inactive", 60), messages(m)
+    assert m.show("Result") == "success", m.system_journal()[-3000:]
+    assert m.show("ExecMainStatus") == "0"
+
+
+def test_routing_table_mode_under_the_unit(machine: Machine, api_healthy: None) -> None:
+    m = machine
+    cursor = restart_with(
+        m,
+        {
+            "node": "nspawn-1",
+            "vip": VIP,
+            "interface": "vx0",
+            "announce": {"mode": "routing-table"},
+            "health": {"interval": 0.2, "port": HEALTH_PORT},
+        },
+    )
+    # With CAP_NET_ADMIN alone the dynamic user writes both routes, protocol 248.
+    assert wait_for(lambda: vipd_routes(m) == (True, True), 30), since(m, cursor)[-20:]
+    assert vip_holders(m) == []  # bound by the AnyIP route, never as an address
+
+    # The stop: the announcement goes first, the binding announce.drain (2 s) later.
+    m.run("systemctl", "stop", "--no-block", "vipd")
+    seen: list[tuple[bool, bool]] = []
+
+    def gone() -> bool:
+        seen.append(vipd_routes(m))
+        return seen[-1] == (False, False)
+
+    assert wait_for(gone, 30, step=0.05), seen[-5:]
+    assert (False, True) in seen and (True, False) not in seen, seen
+    stopped_clean(m)
+    mine = [e["MESSAGE"] for e in since(m, cursor)]
+    assert any("msg=stopped" in msg for msg in mine), mine[-10:]
+
+
+def test_bgp_mode_speaker_runs_in_the_sandbox_and_stops_with_the_unit(
+    machine: Machine, api_healthy: None, router: Router
+) -> None:
+    m = machine
+    cursor = restart_with(
+        m,
+        {
+            "node": "nspawn-1",
+            "vip": VIP,
+            "interface": "vx0",
+            "announce": {
+                "mode": "bgp",
+                "bgp": {"local_asn": BGP_ASN, "peers": [{"address": PEER_ADDR, "asn": PEER_ASN}]},
+            },
+            "health": {"interval": 0.2, "port": HEALTH_PORT},
+        },
+    )
+    pid = main_pid(m)
+
+    def started() -> bool:
+        return any("exabgp: started" in e["MESSAGE"] for e in since(m, cursor))
+
+    if not wait_for(started, 60):
+        # ExaBGP's own output is in its runtime directory, in the unit's private /tmp.
+        private = m.tree.glob("tmp/systemd-private-*-vipd.service-*/tmp/vipd-bgp-*/exabgp.log")
+        exabgp = "\n".join(p.read_text()[-1500:] for p in private)
+        mine = "\n".join(e["MESSAGE"] for e in since(m, cursor))[-3000:]
+        raise AssertionError(f"{mine}\nExaBGP's log:\n{exabgp}")
+
+    def speakers() -> list[int]:
+        """ExaBGP's processes anywhere in the container (its /proc: no procps there)."""
+        found = []
+        for entry in m.run("ls", "/proc").stdout.split():
+            if entry.isdigit():
+                argv = m.run("cat", f"/proc/{entry}/cmdline", check=False).stdout.split("\0")
+                if argv[1:4] == ["-m", "exabgp", "server"]:
+                    found.append(int(entry))
+        return found
+
+    (child,) = speakers()
+    main, status = proc_status(m, pid), proc_status(m, child)
+    # vipd's dynamic user, not root; no capability at all in any set; the same sandbox.
+    assert status["Uid"] == main["Uid"] and int(status["Uid"].split()[0]) in DYNAMIC_UIDS
+    assert status["Gid"] == main["Gid"]
+    for caps in CAP_SETS:
+        assert int(status[caps], 16) == 0, (caps, status[caps])
+    assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2", status
+    cgroup = m.run("cat", f"/proc/{child}/cgroup").stdout.strip()
+    assert cgroup == m.run("cat", f"/proc/{pid}/cgroup").stdout.strip()
+    assert cgroup.endswith("/system.slice/vipd.service"), cgroup
+    # It took the VIP: the binding is in the kernel, the announcement is the speaker's, and
+    # from the sandbox ExaBGP's session with FRR comes up and carries the VIP.
+    assert wait_for(lambda: vipd_routes(m) == (False, True), 30), since(m, cursor)[-20:]
+    assert wait_for(lambda: router.state(m) == "Established", 60), since(m, cursor)[-20:]
+    assert wait_for(lambda: router.has_vip(m), 30), router.show(m, "show bgp ipv4 unicast json")
+
+    m.run("systemctl", "stop", "vipd")
+    stopped_clean(m)
+    assert speakers() == []
+    assert vipd_routes(m) == (False, False)
+    assert router.state(m) != "Established" and not router.has_vip(m)
+    lines = [e["MESSAGE"] for e in since(m, cursor)]
+    assert any("msg=stopped" in msg for msg in lines), lines[-10:]
+    # The Cease was reported down (ExaBGP reconnects at once: the wait must not miss it).
+    assert any("down notification sent (6,2)" in msg for msg in lines), lines[-10:]
+    assert not any("sessions not down" in msg for msg in lines), lines[-10:]
+
+
+def test_bgp_md5_password_through_load_credential(machine: Machine, api_healthy: None) -> None:
+    """The shipped unit's dynamic user cannot read a root-owned 0600 file; a drop-in with
+    LoadCredential= hands it a copy that passes vipd's check: systemd makes it mode 0400,
+    owned by the dynamic user, in /run/credentials/vipd.service (systemd.exec(5))."""
+    m = machine
+    secret = m.tree / "etc/vipd/bgp-password"
+    secret.write_text("unit-md5-secret\n")
+    secret.chmod(0o600)
+    dropin = m.tree / "etc/systemd/system/vipd.service.d/credential.conf"
+    dropin.parent.mkdir(exist_ok=True)
+    dropin.write_text("[Service]\nLoadCredential=bgp-password:/etc/vipd/bgp-password\n")
+    credential = "/run/credentials/vipd.service/bgp-password"
+    try:
+        m.run("systemctl", "daemon-reload")
+        with frr_bgpd(m, password="unit-md5-secret") as router:
+            peer = {"address": PEER_ADDR, "asn": PEER_ASN, "password_file": credential}
+            cursor = restart_with(
+                m,
+                {
+                    "node": "nspawn-1",
+                    "vip": VIP,
+                    "interface": "vx0",
+                    "announce": {"mode": "bgp", "bgp": {"local_asn": BGP_ASN, "peers": [peer]}},
+                    "health": {"interval": 0.2, "port": HEALTH_PORT},
+                },
+            )
+            owner, mode = m.run("stat", "-c", "%u %a", credential).stdout.split()
+            assert owner == proc_status(m, main_pid(m))["Uid"].split()[0] and mode == "400"
+            assert wait_for(lambda: router.state(m) == "Established", 60), since(m, cursor)[-20:]
+            assert wait_for(lambda: router.has_vip(m), 30)
+            m.run("systemctl", "stop", "vipd")
+            stopped_clean(m)
+        lines = [e["MESSAGE"] for e in since(m, cursor)]
+        assert not any("unit-md5-secret" in line for line in lines)
+    finally:
+        dropin.unlink()
+        m.run("systemctl", "daemon-reload")

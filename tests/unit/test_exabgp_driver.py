@@ -14,7 +14,7 @@ from ipaddress import IPv4Address, ip_network
 
 import pytest
 
-from vipd.routed.exabgp import ExaBgpSpeaker, exabgp_problem
+from vipd.routed.exabgp import ExaBgpSpeaker, daemon_user_env, exabgp_problem
 from vipd.routed.speaker import Peer, SpeakerConfig
 
 NET = ip_network("10.79.0.100/32")
@@ -109,3 +109,16 @@ def test_a_graceful_stop_ends_the_child_and_removes_the_runtime_dir(
     assert proc.poll() is not None
     assert not speaker.dir.exists()
     assert speaker.deaths == 0  # a stop is not a death
+
+
+def test_a_user_without_a_passwd_entry_keeps_exabgps_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # systemd's DynamicUser= without nss-systemd: the lookup fails, the child must still start.
+    assert daemon_user_env(0) == {"exabgp_daemon_user": "root"}
+
+    def unknown(uid: int) -> object:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr("vipd.routed.exabgp.pwd.getpwuid", unknown)
+    assert daemon_user_env(64542) == {}

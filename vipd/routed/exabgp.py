@@ -115,6 +115,18 @@ def exabgp_problem() -> str | None:
     return None
 
 
+def daemon_user_env(uid: int) -> dict[str, str]:
+    """ExaBGP's ``daemon.user``: vipd's own user, so that a vipd running as root keeps its
+    child root rather than ExaBGP's default ``nobody``. A uid without a passwd entry (the
+    unit's DynamicUser= on a host without nss-systemd: ``getpwuid`` fails) is left to the
+    default: ExaBGP looks the name up (``getpwnam``, refusing one it cannot find) but
+    drops nothing for a process whose uid and gid are not 0 (``Daemon.drop_privileges``)."""
+    try:
+        return {"exabgp_daemon_user": pwd.getpwuid(uid).pw_name}
+    except KeyError:
+        return {}
+
+
 class ExaBgpSpeaker:
     """ExaBGP behind the `Speaker` protocol (the module docstring)."""
 
@@ -145,6 +157,9 @@ class ExaBgpSpeaker:
         self._wanted: set[IPNetwork] = set()
         self._held: set[IPAddress] = set()  # peers whose BFD session is down
         self._up: dict[IPAddress, bool] = {p.address: False for p in cfg.peers}
+        # Down events per peer: a stop's wait for the Cease counts them, since ExaBGP
+        # reconnects a torn-down peer within milliseconds and the session is "up" again.
+        self._downs: dict[IPAddress, int] = {p.address: 0 for p in cfg.peers}
         self.starts = 0
         self.deaths = 0
         self.kills = 0
@@ -242,12 +257,13 @@ class ExaBgpSpeaker:
         hold the stop: the SIGTERM that follows closes the sessions anyway)."""
         with self._lock:
             peers = [peer for peer, up in self._up.items() if up]
+            downs = {peer: self._downs[peer] for peer in peers}
             for peer in peers:
                 self._send(codec.teardown(peer))
         deadline = time.monotonic() + TEARDOWN_WAIT  # real time: this waits on the child
         while time.monotonic() < deadline:
             with self._lock:
-                if not any(self._up.get(peer) for peer in peers):
+                if all(self._downs[peer] > downs[peer] for peer in peers):
                     return
             time.sleep(0.02)
         self.log.warning("exabgp: sessions not down %.0f s after the Cease", TEARDOWN_WAIT)
@@ -293,13 +309,13 @@ class ExaBgpSpeaker:
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "exabgp_daemon_daemonize": "false",
             "exabgp_daemon_drop": "false",
-            "exabgp_daemon_user": pwd.getpwuid(os.getuid()).pw_name,
             "exabgp_api_cli": "false",
             "exabgp_api_ack": "true",
             "exabgp_api_respawn": "false",
             "exabgp_api_terminate": "true",
             "exabgp_tcp_bind": "",
             "exabgp_log_level": "WARNING",
+            **daemon_user_env(os.getuid()),
         }
         log = open(self.dir / "exabgp.log", "ab")  # noqa: SIM115 - the child's
         try:
@@ -326,7 +342,8 @@ class ExaBgpSpeaker:
                     self._conn.close()
                 self._conn = None
                 self._pending.clear()
-                for peer in self._up:
+                for peer, up in self._up.items():
+                    self._downs[peer] += up  # a death ends the sessions too
                     self._up[peer] = False
             if proc.poll() is None and not self._stop.is_set():
                 proc.kill()
@@ -412,5 +429,7 @@ class ExaBgpSpeaker:
                     self.bad_lines += 1
                     return
                 self._up[event.peer] = event.state == "up"
+                if event.state != "up":
+                    self._downs[event.peer] += 1
             self.log.info("exabgp: peer %s %s %s", event.peer, event.state, event.reason)
             self.on_change()
