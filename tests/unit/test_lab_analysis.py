@@ -573,3 +573,19 @@ def test_kubelet_bed_unicast_config_follows_the_cluster(tmp_path: Path) -> None:
     assert "unicast_peers" not in multicast["election"]["vrrp"] and "membership" not in multicast
     with pytest.raises(ValueError, match="unicast is a VRRP mode"):
         KubeletBed("lease", unicast=True)
+
+
+def test_the_scale_down_must_leave_one_machine_holding_everything() -> None:
+    from vipd.lab.replace_flow import SCALE_DOWN, alone_problems
+
+    assert [old for old, _ in SCALE_DOWN] == ["n4", "n5"]  # the oldest first
+    left = SCALE_DOWN[-1][1]
+    assert {keep for _, keep in SCALE_DOWN} == {left} == {"n6"}
+    good = {"nodes": {"n6": True}, "etcd_members": ["n6"], "holders": ["n6"]}
+    assert alone_problems(good, left) == []
+    bad = {"nodes": {"n5": True, "n6": True}, "etcd_members": ["n5", "n6"], "holders": []}
+    assert alone_problems(bad, left) == [
+        "after the scale-down: Nodes {'n5': True, 'n6': True}, want n6 alone and Ready",
+        "after the scale-down: etcd members ['n5', 'n6'], want [n6]",
+        "after the scale-down: VIP holders [], want [n6]",
+    ]

@@ -804,6 +804,7 @@ def render(report: dict[str, Any]) -> str:
         "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
     replaced = report.get("replace", {}).get("steps", [])
+    replaced += report.get("replace", {}).get("scale_down", {}).get("steps", [])
     for s in [*report.get("adopt", []), *report.get("roll", []), *replaced]:
         lines.append(
             f"| {s['kind']} | {s['node']} | {s['took_s']:.1f} | {','.join(s['before'])} → "
@@ -817,6 +818,12 @@ def render(report: dict[str, Any]) -> str:
             f"after the replacement: Nodes {end['nodes']}, etcd members "
             f"{','.join(end['etcd_members'])}, VIP on {','.join(end['holders'])}",
         ]
+    alone = report.get("replace", {}).get("scale_down", {}).get("end")
+    if alone:
+        lines.append(
+            f"after the scale-down: Nodes {alone['nodes']}, etcd members "
+            f"{','.join(alone['etcd_members'])}, VIP on {','.join(alone['holders'])}"
+        )
     r = report.get("reboot")
     if r:
         lines += [

@@ -19,6 +19,10 @@ for each old machine n1, n2, n3 in turn, make before break:
    checked with ``etcdctl member list`` on the new machine, and removed there if reset could
    not), ``kubectl delete node``, then powered off for good.
 
+Then the control plane shrinks back to one machine (the single-node start grown to three by
+``kubeadm init`` and two joins, and back down): n4 and n5 removed as above, oldest first as
+KubeadmControlPlane scales down, n6 the one left (`scale_down`).
+
 Each join and each removal is measured as the adopt steps are (``kubeadm_flow.measure``:
 holders before and after, VIP moves, the 2 ms prober's longest gap and failed connects,
 kubectl's ``/readyz`` through the VIP); on top: ``/readyz`` through the VIP answered at least
@@ -54,6 +58,8 @@ from vipd.lab.topology import LabError
 
 # (old, new): the oldest first, as KubeadmControlPlane's rollout picks them.
 PAIRS = (("n1", "n4"), ("n2", "n5"), ("n3", "n6"))
+# The scale-down after it: (removed, the one left), the oldest first.
+SCALE_DOWN = (("n4", "n6"), ("n5", "n6"))
 # vipd's metrics endpoint (``metrics.listen``'s default; the pod shares the node's network).
 METRICS_URL = "http://127.0.0.1:2112/metrics"
 # The API server's etcd client certificate: on every kubeadm control-plane node.
@@ -193,6 +199,33 @@ def replace(
     return steps, removals
 
 
+def scale_down(
+    bed: KubeletBed, watch: AddressWatch, pairs: Sequence[tuple[str, str]] = SCALE_DOWN
+) -> tuple[list[Step], list[Removal]]:
+    """Three control-plane machines down to one: each removed as a replaced machine is
+    (`remove`, its etcd member checked from the one left), measured."""
+    steps: list[Step] = []
+    removals: list[Removal] = []
+    for old, left in pairs:
+        t0 = time.monotonic()
+        removals.append(remove(bed, old, left))
+        time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
+        steps.append(measure(bed, watch, kind="remove", node=old, start=t0, end=time.monotonic()))
+    return steps, removals
+
+
+def alone_problems(end: dict[str, Any], left: str) -> list[str]:
+    """After the scale-down: ``left`` the one Node, etcd member and holder (pure)."""
+    out = []
+    if end["nodes"] != {left: True}:
+        out.append(f"after the scale-down: Nodes {end['nodes']}, want {left} alone and Ready")
+    if end["etcd_members"] != [left]:
+        out.append(f"after the scale-down: etcd members {end['etcd_members']}, want [{left}]")
+    if end["holders"] != [left]:
+        out.append(f"after the scale-down: VIP holders {end['holders']}, want [{left}]")
+    return out
+
+
 def membership_of(metrics: str) -> dict[str, float | None]:
     """``vipd_membership_peers`` of the unicast peer list and ``vipd_membership_held`` from
     one vipd's ``/metrics`` text (None: not exported), pure."""
@@ -258,4 +291,19 @@ def run(bed: KubeletBed, watch: AddressWatch) -> tuple[dict[str, Any], list[str]
     problems += outcome_problems(end)
     doc = {"steps": [step_doc(s) for s in steps], "removals": [vars(r) for r in removals],
            "end": end}  # fmt: skip
-    return doc, problems, steps
+    left = SCALE_DOWN[-1][1]
+    shrunk, gone = scale_down(bed, watch)
+    alone = {
+        "nodes": bed.nodes_ready(),
+        "etcd_members": sorted(etcd_members(bed, left)),
+        "holders": bed.holders(),
+    }
+    problems += [p for s in shrunk for p in step_problems(s)]
+    problems += [p for r in gone for p in r.problems]
+    problems += alone_problems(alone, left)
+    doc["scale_down"] = {
+        "steps": [step_doc(s) for s in shrunk],
+        "removals": [vars(r) for r in gone],
+        "end": alone,
+    }
+    return doc, problems, [*steps, *shrunk]
