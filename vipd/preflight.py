@@ -266,14 +266,21 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
 
     if cfg.announce.routed:
         findings.append(_routed_finding(cfg))
-        return Preflight(
-            link=link,
-            source=primary_ip,
-            findings=tuple(findings),
-            stale_vip=stale_vip,
-            unicast_peers=peers,
-            sources=tuple(sources),
-        )
+    else:
+        findings += _layer2_findings(cfg, link)
+    return Preflight(
+        link=link,
+        source=primary_ip,
+        findings=tuple(findings),
+        stale_vip=stale_vip,
+        unicast_peers=peers,
+        sources=tuple(sources),
+    )
+
+
+def _layer2_findings(cfg: Config, link: HostLink) -> list[str]:
+    """What would keep the VIP from reaching clients on the segment (ARP and VRRP modes)."""
+    findings = []
     for each in cfg.vips:
         if not any(each in a.address.network for a in _own(link.addresses, each) if _scoped(a.ip)):
             findings.append(
@@ -285,15 +292,7 @@ def check_host(cfg: Config, host: HostView) -> Preflight:
             f"{link.name} has no link-layer address: gratuitous ARP / unsolicited NA cannot "
             "move the VIP there"
         )
-
-    return Preflight(
-        link=link,
-        source=primary_ip,
-        findings=tuple(findings),
-        stale_vip=stale_vip,
-        unicast_peers=peers,
-        sources=tuple(sources),
-    )
+    return findings
 
 
 def _routed_finding(cfg: Config) -> str:
