@@ -13,16 +13,14 @@ each step, and no problems.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 from typing import Any
 
 import pytest
 
+from tests.kubelet.labrun import run_lab
 from tests.prereq import missing
 from vipd.lab.kubelet_bed.bed import usable
-from vipd.lab.topology import python_argv
 
 pytestmark = pytest.mark.kubelet
 
@@ -38,19 +36,7 @@ def test_vipd_lab_kubeadm_reports_the_clusters_life() -> None:
     why = usable()
     if why is not None:
         missing(why)
-    run = subprocess.run(
-        python_argv("vipd", "lab", "--kubeadm", "--json"),
-        capture_output=True, text=True, timeout=1200, check=False,
-    )  # fmt: skip
-    print(run.stderr[-3000:])
-    post_mortem = ""
-    with contextlib.suppress(json.JSONDecodeError):
-        # A problem step's vipd lines, last in the failure's message, where a CI excerpt
-        # (its head and tail) shows them.
-        for logs in json.loads(run.stdout).get("logs", []):
-            post_mortem += "\n".join([f"\nvipd logs of {logs['step']}:", *logs["lines"][-80:]])
-            post_mortem += "\n".join(["\nVRRP adverts on the bridge:", *logs.get("wire", [])])
-    print(post_mortem)
+    run, post_mortem = run_lab("--kubeadm", "--json", timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-1500:] + post_mortem
     report = json.loads(run.stdout)
     assert report["summary"] == {"ok": True, "problems": []}

@@ -22,15 +22,13 @@ three and the two other new machines, read from the cluster, and is not held out
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 
 import pytest
 
+from tests.kubelet.labrun import run_lab
 from tests.prereq import missing
 from vipd.lab.kubelet_bed.bed import usable
-from vipd.lab.topology import python_argv
 
 pytestmark = pytest.mark.kubelet
 
@@ -48,19 +46,8 @@ def test_vipd_lab_kubeadm_replace_keeps_the_vip_through_a_machine_by_machine_rep
     why = usable()
     if why is not None:
         missing(why)
-    argv = ["vipd", "lab", "--kubeadm", "--replace", "--election", election, "--json"]
-    run = subprocess.run(
-        python_argv(*argv, *(["--unicast"] if unicast else [])),
-        capture_output=True, text=True, timeout=1800, check=False,
-    )  # fmt: skip
-    print(run.stderr[-3000:])
-    post_mortem = ""
-    with contextlib.suppress(json.JSONDecodeError):
-        # A problem step's vipd lines and adverts, last in the failure's message.
-        for logs in json.loads(run.stdout).get("logs", []):
-            post_mortem += "\n".join([f"\nvipd logs of {logs['step']}:", *logs["lines"][-80:]])
-            post_mortem += "\n".join(["\nVRRP adverts on the bridge:", *logs.get("wire", [])])
-    print(post_mortem)
+    argv = ["--kubeadm", "--replace", "--election", election, "--json"]
+    run, post_mortem = run_lab(*argv, *(["--unicast"] if unicast else []), timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:] + post_mortem
     report = json.loads(run.stdout)
     assert report["summary"] == {"ok": True, "problems": []}
