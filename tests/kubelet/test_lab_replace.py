@@ -57,6 +57,7 @@ def test_vipd_lab_kubeadm_replace_keeps_the_vip_through_a_machine_by_machine_rep
         (kind, node) for old, new in PAIRS for kind, node in (("join", new), ("remove", old))
     ]
     for s in steps:
+        print(f"{s['kind']} {s['node']}: peers believed {s['peers']}")
         shown = json.dumps(s)
         assert len(s["after"]) == 1 and s["moves"] <= 1, shown
         if s["kind"] == "join" or s["node"] not in s["before"]:

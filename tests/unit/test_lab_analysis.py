@@ -589,3 +589,30 @@ def test_the_scale_down_must_leave_one_machine_holding_everything() -> None:
         "after the scale-down: etcd members ['n5', 'n6'], want [n6]",
         "after the scale-down: VIP holders [], want [n6]",
     ]
+
+
+def test_the_peers_each_vipd_believes_are_read_from_its_status() -> None:
+    from vipd.lab.replace_flow import believed_peers
+
+    followed = {
+        "backend": "vrrp",
+        "peers": [{"address": "10.0.0.9"}],
+        "membership": {
+            "lists": [
+                {"list": "health.peers", "members": ["10.0.0.7"]},
+                {"list": "election.vrrp.unicast_peers", "members": ["10.0.0.1", "10.0.0.5"]},
+            ]
+        },
+    }
+    assert believed_peers(followed) == ["10.0.0.1", "10.0.0.5"]  # the followed unicast list
+    heard = {"backend": "vrrp", "peers": [{"address": "10.0.0.3"}, {"address": "10.0.0.2"}]}
+    assert believed_peers(heard) == ["10.0.0.2", "10.0.0.3"]  # multicast: the peers heard
+    lease = {
+        "backend": "lease",
+        "backends": [
+            {"name": "local", "address": "10.0.0.1"},
+            {"name": "peer", "address": "10.0.0.3"},
+            {"name": "peer", "address": "10.0.0.2"},
+        ],
+    }
+    assert believed_peers(lease) == ["10.0.0.2", "10.0.0.3"]  # its health peers

@@ -147,6 +147,9 @@ class Step:
     # A try begun before the step and still running when it began (counted in the step it
     # began in): what a short step had when one try hung across all of it.
     kubectl_in_flight: list[str] = field(default_factory=list)
+    # the replacement: what each member's vipd believed its peers were after the step
+    # (``replace_flow.peers_now``), or why it could not be read
+    peers: dict[str, list[str] | str] = field(default_factory=dict)
 
     def kubectl_allowed(self) -> int:
         """Failed kubectl tries the step may have: one per VIP move (the connection the move

@@ -62,6 +62,7 @@ PAIRS = (("n1", "n4"), ("n2", "n5"), ("n3", "n6"))
 SCALE_DOWN = (("n4", "n6"), ("n5", "n6"))
 # vipd's metrics endpoint (``metrics.listen``'s default; the pod shares the node's network).
 METRICS_URL = "http://127.0.0.1:2112/metrics"
+STATUS_URL = "http://127.0.0.1:2112/status"
 # The API server's etcd client certificate: on every kubeadm control-plane node.
 ETCDCTL_TLS = (
     "--endpoints=https://127.0.0.1:2379",
@@ -173,6 +174,32 @@ def remove(bed: KubeletBed, old: str, new: str) -> Removal:
     return Removal(old, new, before, sorted(after), by_reset, led, problems)
 
 
+def believed_peers(status: dict[str, Any]) -> list[str]:
+    """The peers one vipd's ``/status`` says it has (pure): the members of its followed
+    unicast list when it follows one, else the VRRP peers it has heard, else its Lease
+    health peers' addresses."""
+    for lst in status.get("membership", {}).get("lists", []):
+        if lst.get("list") == "election.vrrp.unicast_peers":
+            return [str(a) for a in lst.get("members", [])]
+    if status.get("backend") == "vrrp":
+        return sorted(str(p.get("address")) for p in status.get("peers", []))
+    return sorted(
+        str(b.get("address")) for b in status.get("backends", []) if b.get("name") == "peer"
+    )
+
+
+def peers_now(bed: KubeletBed) -> dict[str, list[str] | str]:
+    """What every member's vipd believes its peers are now (``/status``), or why unread."""
+    out: dict[str, list[str] | str] = {}
+    for name in bed.members:
+        try:
+            text = bed.machines[name].run(["curl", "-sf", "--max-time", "3", STATUS_URL]).stdout
+            out[name] = believed_peers(json.loads(text))
+        except (MachineError, LabError, subprocess.TimeoutExpired, ValueError) as exc:
+            out[name] = f"unread: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    return out
+
+
 def replace(
     bed: KubeletBed,
     watch: AddressWatch,
@@ -190,12 +217,14 @@ def replace(
             on_members(list(bed.members))
         time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
         steps.append(measure(bed, watch, kind="join", node=new, start=t0, end=time.monotonic()))
+        steps[-1].peers = peers_now(bed)
         t0 = time.monotonic()
         removals.append(remove(bed, old, new))
         if on_members is not None:
             on_members(list(bed.members))
         time.sleep(1)
         steps.append(measure(bed, watch, kind="remove", node=old, start=t0, end=time.monotonic()))
+        steps[-1].peers = peers_now(bed)
     return steps, removals
 
 
@@ -211,6 +240,7 @@ def scale_down(
         removals.append(remove(bed, old, left))
         time.sleep(1)  # the prober's last attempts finish (timeout 0.5 s)
         steps.append(measure(bed, watch, kind="remove", node=old, start=t0, end=time.monotonic()))
+        steps[-1].peers = peers_now(bed)
     return steps, removals
 
 
