@@ -142,7 +142,7 @@ least Kubernetes' default 30 s. VRRP: the make-before-break wait, Skew_Time at p
 (RFC 9568 §6.1; v2: RFC 3768 §6.1), truncated to microseconds, plus one advert interval.
 Lease: the release within the renew deadline, then one retry period for the next holder.
 The routed modes: nothing elected in the ECMP pool; then announce.drain and a second for the
-route calls; bgp mode: ExaBGP's graceful exit, 5 s. */}}
+route calls; bgp mode: the Cease and ExaBGP's graceful exit, 6 s. */}}
 {{- define "vipd.gracePeriod" -}}
 {{- $stop := 0.0 -}}
 {{- $pool := include "vipd.routedPool" . -}}
@@ -166,7 +166,7 @@ route calls; bgp mode: ExaBGP's graceful exit, 5 s. */}}
 {{- if not (kindIs "invalid" $a.drain) }}{{ $drain = float64 $a.drain }}{{ end -}}
 {{- $stop = addf $stop $drain 1.0 -}}
 {{- end -}}
-{{- if include "vipd.speaker" . }}{{ $stop = addf $stop 5.0 }}{{ end -}}
+{{- if include "vipd.speaker" . }}{{ $stop = addf $stop 6.0 }}{{ end -}}
 {{- max 30 (add (int (ceil $stop)) 10) -}}
 {{- end -}}
 
