@@ -12,20 +12,17 @@ overlap). Then the scale-down to one machine (the single-node start grew to thre
 init`` and two joins): n4 and n5 removed the same way, n6 alone the Node, the etcd member and
 the holder.
 
-In VRRP unicast with the peers following the cluster (``--unicast``: n1..n3 the static start
-set, ``election.vrrp.unicast_peers_from: [endpointslices, nodes]``), the mode membership exists
-for: n4..n6 are in no config, and at the end each of their vipds says (``/metrics``:
-``vipd_membership_peers``, ``vipd_membership_held``) it follows the static three and the two
-other new machines, read from the cluster, and is not held out. The same test runs VRRP
-multicast and Lease (``MODES``), each on a bed of its own; they are left out of the suite
-because each run takes 5-8 minutes on the 2-core machine and the three together pushed the
-whole suite to ~80 minutes of CI's 90 (docs/testing.md): ``VIPD_REPLACE_MODES=all`` runs them.
+In the three modes, a bed each (5-8 minutes a run on the 2-core machine): VRRP multicast,
+Lease, and VRRP unicast with the peers following the cluster (``--unicast``: n1..n3 the
+static start set, ``election.vrrp.unicast_peers_from: [endpointslices, nodes]``), the mode
+membership exists for: n4..n6 are in no config, and at the end each of their vipds says
+(``/metrics``: ``vipd_membership_peers``, ``vipd_membership_held``) it follows the static
+three and the two other new machines, read from the cluster, and is not held out.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -38,16 +35,11 @@ pytestmark = pytest.mark.kubelet
 PAIRS = [("n1", "n4"), ("n2", "n5"), ("n3", "n6")]
 
 
-MODES = [
-    pytest.param("vrrp", True, id="vrrp-unicast-followed"),
-    pytest.param("vrrp", False, id="vrrp-multicast"),
-    pytest.param("lease", False, id="lease"),
-]
-if os.environ.get("VIPD_REPLACE_MODES") != "all":
-    MODES = MODES[:1]  # the suite's budget: the mode membership exists for
-
-
-@pytest.mark.parametrize(("election", "unicast"), MODES)
+@pytest.mark.parametrize(
+    ("election", "unicast"),
+    [("vrrp", True), ("vrrp", False), ("lease", False)],
+    ids=["vrrp-unicast-followed", "vrrp-multicast", "lease"],
+)
 def test_vipd_lab_kubeadm_replace_keeps_the_vip_through_a_machine_by_machine_replacement(
     election: str, unicast: bool
 ) -> None:
