@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.netns.test_routed import ClientLoop, black_holed, connect, wait_for
-from tests.netns.test_routed_leader import PRIORITY, Nodes, only
+from tests.netns.test_routed_leader import PRIORITY, Nodes, master_dies_and_returns, only
 from tests.prereq import missing
 from vipd.lab.routed import RoutedBed, frr_problem
 from vipd.routed.exabgp import exabgp_problem
@@ -97,21 +97,7 @@ def test_only_the_vrrp_masters_speaker_announces_and_the_path_follows_it(
     assert "10.79.0.100" in nodes.bound("n1")
     assert nodes.bound("n2") == "" and nodes.bound("n3") == ""  # followers bind nothing
 
-    died = time.monotonic()
-    nodes.vipd["n1"].kill()
-    nodes.links("n1", False)
-    moved = wait_for("n2's path alone", lambda: nodes.paths() == {"n2"}, 10)
-    print(f"master's node dead -> n2's path alone after {moved:.2f} s")
-    assert time.monotonic() - died < 10
-    only(nodes, "n2", 1.0)
-    assert connect(nodes.bed).strip() == "n2", nodes.log("n2")
-
-    nodes.links("n1", True)
-    nodes.start("n1")
-    back = wait_for("n1's path alone again", lambda: nodes.paths() == {"n1"}, 30)
-    print(f"n1 back and preempting -> its path alone after {back:.2f} s")
-    only(nodes, "n1", 1.0)
-    assert connect(nodes.bed).strip() == "n1"
+    master_dies_and_returns(nodes)
     wait_for("n2's binding gone after its drain", lambda: nodes.bound("n2") == "", 5)
 
     # A graceful stop: priority 0, n2 takes over, n1 withdraws and leaves nothing behind.

@@ -109,15 +109,9 @@ def only(nodes: Nodes, name: str, seconds: float) -> None:
         assert nodes.paths() == {name}, nodes.paths()
 
 
-def test_only_the_vrrp_master_announces_and_the_route_follows_it(nodes: Nodes) -> None:
-    for name in ("n1", "n2", "n3"):
-        nodes.start(name)
-    took = wait_for("n1's path alone", lambda: nodes.paths() == {"n1"}, 20)
-    print(f"\nthe master's path alone after {took:.2f} s")
-    flaps = nodes.bed.flaps()
-    only(nodes, "n1", 1.5)
-    assert connect(nodes.bed).strip() == "n1"
-
+def master_dies_and_returns(nodes: Nodes) -> None:
+    """n1 (the master) dies whole: n2's path alone, answering; n1 back: it preempts and its
+    path is alone again, answering."""
     died = time.monotonic()
     nodes.vipd["n1"].kill()
     nodes.links("n1", False)
@@ -133,6 +127,18 @@ def test_only_the_vrrp_master_announces_and_the_route_follows_it(nodes: Nodes) -
     print(f"n1 back and preempting -> its path alone after {back:.2f} s")
     only(nodes, "n1", 1.0)
     assert connect(nodes.bed).strip() == "n1"
+
+
+def test_only_the_vrrp_master_announces_and_the_route_follows_it(nodes: Nodes) -> None:
+    for name in ("n1", "n2", "n3"):
+        nodes.start(name)
+    took = wait_for("n1's path alone", lambda: nodes.paths() == {"n1"}, 20)
+    print(f"\nthe master's path alone after {took:.2f} s")
+    flaps = nodes.bed.flaps()
+    only(nodes, "n1", 1.5)
+    assert connect(nodes.bed).strip() == "n1"
+
+    master_dies_and_returns(nodes)
     # n1's own link flap is the test's doing; n2 and n3 kept their sessions.
     assert nodes.bed.flaps() - flaps <= 2, FLAPPED
 
